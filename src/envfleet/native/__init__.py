@@ -1,0 +1,1 @@
+"""Native batched envs: kernels over a structure of arrays, lifted by the backends."""

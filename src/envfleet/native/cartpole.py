@@ -1,0 +1,219 @@
+"""CartPole-v1, exactly as Gymnasium's ``CartPoleEnv`` (float64 state, Euler, same thresholds).
+
+The arithmetic repeats Gymnasium's expression by expression, in the same order, so the numba
+backend reproduces its float64 trajectories bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from envfleet.native.jit import kernel_function
+from envfleet.native.rng import env_uniform, env_uniform_torch
+from envfleet.native.spec import NativeEnvSpec
+
+
+class CartPoleParams(NamedTuple):
+    """Physics constants and reset bounds (Gymnasium's values by default)."""
+
+    gravity: float
+    masscart: float
+    masspole: float
+    total_mass: float
+    length: float  # half the pole's length
+    polemass_length: float
+    force_mag: float
+    tau: float
+    theta_threshold_radians: float
+    x_threshold: float
+    reset_low: float
+    reset_high: float
+    euler: bool  # Euler (Gymnasium's default) or semi-implicit Euler
+    sutton_barto_reward: bool
+
+
+def make_params(
+    *,
+    sutton_barto_reward: bool = False,
+    gravity: float = 9.8,
+    masscart: float = 1.0,
+    masspole: float = 0.1,
+    length: float = 0.5,
+    force_mag: float = 10.0,
+    tau: float = 0.02,
+    kinematics_integrator: str = "euler",
+    reset_low: float = -0.05,
+    reset_high: float = 0.05,
+) -> CartPoleParams:
+    """Gymnasium's constants, derived the way ``CartPoleEnv.__init__`` derives them."""
+    if kinematics_integrator not in ("euler", "semi-implicit euler"):
+        raise ValueError(
+            f"kinematics_integrator must be 'euler' or 'semi-implicit euler', "
+            f"got {kinematics_integrator!r}"
+        )
+    if not reset_low < reset_high:
+        raise ValueError(f"reset_low ({reset_low}) must be below reset_high ({reset_high})")
+    return CartPoleParams(
+        gravity=float(gravity),
+        masscart=float(masscart),
+        masspole=float(masspole),
+        total_mass=float(masspole) + float(masscart),
+        length=float(length),
+        polemass_length=float(masspole) * float(length),
+        force_mag=float(force_mag),
+        tau=float(tau),
+        theta_threshold_radians=12 * 2 * math.pi / 360,
+        x_threshold=2.4,
+        reset_low=float(reset_low),
+        reset_high=float(reset_high),
+        euler=kinematics_integrator == "euler",
+        sutton_barto_reward=bool(sutton_barto_reward),
+    )
+
+
+_HIGH = np.array(
+    [2.4 * 2, np.inf, 12 * 2 * math.pi / 360 * 2, np.inf], dtype=np.float32
+)
+
+
+@kernel_function
+def _write_obs(i: int, state: Any, obs: Any) -> None:
+    x, x_dot, theta, theta_dot = state
+    obs[i, 0] = np.float32(x[i])
+    obs[i, 1] = np.float32(x_dot[i])
+    obs[i, 2] = np.float32(theta[i])
+    obs[i, 3] = np.float32(theta_dot[i])
+
+
+@kernel_function
+def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Uniform state in [reset_low, reset_high)^4, as ``np_random.uniform(size=(4,))``."""
+    x, x_dot, theta, theta_dot = state
+    low, high = params.reset_low, params.reset_high
+    x[i] = env_uniform(rng, i, 0, low, high)
+    x_dot[i] = env_uniform(rng, i, 1, low, high)
+    theta[i] = env_uniform(rng, i, 2, low, high)
+    theta_dot[i] = env_uniform(rng, i, 3, low, high)
+    _write_obs(i, state, obs)
+
+
+@kernel_function
+def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
+             rewards: Any, terminated: Any) -> None:
+    """One step of ``CartPoleEnv.step`` for env i."""
+    x_, x_dot_, theta_, theta_dot_ = state
+    p = params
+    x = x_[i]
+    x_dot = x_dot_[i]
+    theta = theta_[i]
+    theta_dot = theta_dot_[i]
+    force = p.force_mag if actions[i] == 1 else -p.force_mag
+    costheta = math.cos(theta)
+    sintheta = math.sin(theta)
+    temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
+    thetaacc = (p.gravity * sintheta - costheta * temp) / (
+        p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass)
+    )
+    xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
+    if p.euler:
+        x = x + p.tau * x_dot
+        x_dot = x_dot + p.tau * xacc
+        theta = theta + p.tau * theta_dot
+        theta_dot = theta_dot + p.tau * thetaacc
+    else:
+        x_dot = x_dot + p.tau * xacc
+        x = x + p.tau * x_dot
+        theta_dot = theta_dot + p.tau * thetaacc
+        theta = theta + p.tau * theta_dot
+    x_[i] = x
+    x_dot_[i] = x_dot
+    theta_[i] = theta
+    theta_dot_[i] = theta_dot
+    done = (
+        x < -p.x_threshold
+        or x > p.x_threshold
+        or theta < -p.theta_threshold_radians
+        or theta > p.theta_threshold_radians
+    )
+    terminated[i] = done
+    if p.sutton_barto_reward:
+        rewards[i] = -1.0 if done else 0.0
+    else:
+        rewards[i] = 1.0
+    _write_obs(i, state, obs)
+
+
+# --- torch: the same dynamics over the whole batch ------------------------------------------
+
+
+def _write_obs_torch(state: Any, obs: Any) -> None:
+    for k in range(4):
+        obs[:, k] = state[k]
+
+
+def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Reset the envs where ``mask`` is set (``rng`` already advanced for them)."""
+    import torch
+
+    for k in range(4):
+        fresh = env_uniform_torch(rng, k, params.reset_low, params.reset_high)
+        state[k].copy_(torch.where(mask, fresh, state[k]))
+    _write_obs_torch(state, obs)
+
+
+def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+               terminated: Any) -> None:
+    """``step_one`` for every env at once."""
+    import torch
+
+    p = params
+    x, x_dot, theta, theta_dot = state
+    force = torch.where(actions == 1, p.force_mag, -p.force_mag)
+    costheta = torch.cos(theta)
+    sintheta = torch.sin(theta)
+    temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
+    thetaacc = (p.gravity * sintheta - costheta * temp) / (
+        p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass)
+    )
+    xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
+    if p.euler:
+        new = (x + p.tau * x_dot, x_dot + p.tau * xacc,
+               theta + p.tau * theta_dot, theta_dot + p.tau * thetaacc)
+    else:
+        nx_dot = x_dot + p.tau * xacc
+        ntheta_dot = theta_dot + p.tau * thetaacc
+        new = (x + p.tau * nx_dot, nx_dot, theta + p.tau * ntheta_dot, ntheta_dot)
+    for column, value in zip(state, new, strict=True):
+        column.copy_(value)
+    done = (
+        (x < -p.x_threshold)
+        | (x > p.x_threshold)
+        | (theta < -p.theta_threshold_radians)
+        | (theta > p.theta_threshold_radians)
+    )
+    terminated.copy_(done)
+    if p.sutton_barto_reward:
+        rewards.copy_(-done.to(rewards.dtype))
+    else:
+        rewards.fill_(1.0)
+    _write_obs_torch(state, obs)
+
+
+SPEC = NativeEnvSpec(
+    id="CartPole-v1",
+    observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=spaces.Discrete(2),
+    state={name: (np.float64, ()) for name in ("x", "x_dot", "theta", "theta_dot")},
+    make_params=make_params,
+    max_episode_steps=500,
+    reset_one=reset_one,
+    step_one=step_one,
+    reset_torch=reset_torch,
+    step_torch=step_torch,
+    reference_id="CartPole-v1",
+    description="cart-pole balancing (Gymnasium's CartPoleEnv, float64 Euler)",
+)

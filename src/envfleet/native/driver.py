@@ -1,0 +1,163 @@
+"""The shared per-env driver: autoreset, time limits and action checks, written once.
+
+``make_driver`` wraps a family's ``reset_one`` / ``step_one`` into per-env functions that every
+compiled backend lifts unchanged (numba: a ``prange`` loop; CUDA: one thread per env). The
+autoreset mode is a compile-time constant, so each mode compiles to straight-line code.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from envfleet.native.jit import kernel_function
+from envfleet.native.spec import NativeEnvSpec
+
+NEXT_STEP, SAME_STEP, DISABLED = 0, 1, 2
+MODE_CODES = {AutoresetMode.NEXT_STEP: NEXT_STEP, AutoresetMode.SAME_STEP: SAME_STEP,
+              AutoresetMode.DISABLED: DISABLED}
+
+
+# --- action checks, one per action-space kind -------------------------------------------------
+
+
+@kernel_function
+def discrete_action_ok(i: int, actions: Any, bounds: Any) -> bool:
+    """Env i's action is an integer in [start, start + n)."""
+    a = actions[i]
+    return bounds[0] <= a < bounds[1]
+
+
+@kernel_function
+def box_action_ok(i: int, actions: Any, bounds: Any) -> bool:
+    """Every component of env i's action (a row of 2-D ``actions``) is finite and in bounds."""
+    low, high = bounds
+    ok = True
+    for k in range(actions.shape[1]):
+        v = actions[i, k]
+        ok = ok and np.isfinite(v) and low[k] <= v <= high[k]
+    return ok
+
+
+class ActionFormat(NamedTuple):
+    """How a batch of actions must look for one action space."""
+
+    shape: tuple[int, ...]  # per env
+    integer: bool  # integer kind (Discrete) or floating kind (Box)
+    dtype: type  # the dtype the kernels take
+    bounds: tuple  # the check's constants: (start, start + n) or (low, high) flattened
+    check: Callable[..., bool]
+
+
+def action_format(space: spaces.Space) -> ActionFormat:
+    """The action layout and check for a single env's action space."""
+    if isinstance(space, spaces.Discrete):
+        start = int(space.start)
+        return ActionFormat((), True, np.int64, (start, start + int(space.n)),
+                            discrete_action_ok)
+    if isinstance(space, spaces.Box):
+        low = np.asarray(space.low, dtype=np.float64).ravel()
+        high = np.asarray(space.high, dtype=np.float64).ravel()
+        return ActionFormat(tuple(space.shape), False, np.float64, (low, high), box_action_ok)
+    raise NotImplementedError(f"native envs support Discrete and Box actions, not {space}")
+
+
+def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
+    """The error message for env ``index``'s invalid action ``value``."""
+    if isinstance(space, spaces.Discrete):
+        lo = int(space.start)
+        return (f"invalid action for env {index}: {value!r} is not in {space} "
+                f"(integers {lo}..{lo + int(space.n) - 1})")
+    return f"invalid action for env {index}: {value!r} is not a finite value inside {space}"
+
+
+# --- the per-env driver ---------------------------------------------------------------------
+
+
+class Driver(NamedTuple):
+    """Per-env functions every compiled backend lifts.
+
+    A step is three phases per env, in order: ``begin`` (NEXT_STEP: reset the envs whose episode
+    ended last step), ``advance`` (step the others, apply the time limit) and ``finish``
+    (SAME_STEP: keep the final observation, reset). CPU backends run each phase as its own pass
+    over a chunk of envs: the rarely taken reset code then stays out of the hot loop (2.5x faster
+    than one fused loop). A GPU thread runs the three for its env.
+    """
+
+    refuse: Callable[..., bool]  # (i, actions, bounds, pending) -> env i's step must be refused
+    begin: Callable[..., None]
+    advance: Callable[..., bool]  # returns "episode ended"
+    finish: Callable[..., None]
+    reset: Callable[..., None]  # resets env i if masked, reseeding it when asked
+
+
+def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
+    """Wrap ``spec``'s scalar kernels with autoreset ``mode`` (a ``*_STEP``/``DISABLED`` code).
+
+    Kernels see observations as rows: ``obs`` is (num_envs, obs_size) whatever the obs shape.
+    """
+    reset_one, step_one = spec.reset_one, spec.step_one
+    action_ok = action_format(spec.action_space).check
+    one = np.uint64(1)
+
+    @kernel_function
+    def refuse(i, actions, bounds, pending):
+        if mode == DISABLED and pending[i]:
+            return True
+        return not action_ok(i, actions, bounds)
+
+    @kernel_function
+    def new_episode(i, state, params, rng, obs):
+        _, episodes, steps = rng
+        episodes[i] += one
+        steps[i] = 0
+        reset_one(i, state, params, rng, obs)
+
+    @kernel_function
+    def begin(i, state, params, rng, pending, obs, rewards, terminated, truncated):
+        if mode == NEXT_STEP and pending[i]:
+            new_episode(i, state, params, rng, obs)
+            rewards[i] = 0.0
+            terminated[i] = False
+            truncated[i] = False
+
+    @kernel_function
+    def advance(i, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
+                truncated):
+        if mode == NEXT_STEP and pending[i]:  # reset by ``begin``: this step is the reset
+            pending[i] = False
+            return False
+        step_one(i, state, params, actions, rng, obs, rewards, terminated)
+        steps = rng[2]
+        steps[i] += 1
+        truncated[i] = steps[i] >= max_steps
+        done = terminated[i] or truncated[i]
+        if mode != SAME_STEP:
+            pending[i] = done
+        return done
+
+    @kernel_function
+    def finish(i, state, params, rng, obs, terminated, truncated, final_obs):
+        if mode == SAME_STEP and (terminated[i] or truncated[i]):
+            for k in range(obs.shape[1]):
+                final_obs[i, k] = obs[i, k]
+            new_episode(i, state, params, rng, obs)
+
+    @kernel_function
+    def reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs):
+        if mask[i]:
+            seeds, episodes, steps = rng
+            if reseed:
+                seeds[i] = new_seeds[i]
+                episodes[i] = 0
+            else:
+                episodes[i] += one
+            steps[i] = 0
+            reset_one(i, state, params, rng, obs)
+            pending[i] = False
+
+    return Driver(refuse, begin, advance, finish, reset)

@@ -1,0 +1,85 @@
+"""Counter-based randomness: every draw is a hash of (seed, episode, counter).
+
+No generator state is carried between draws, so the same seed gives the same numbers on every
+backend, in any order, on any number of threads. The scalar functions compile for numba CPU and
+CUDA alike (``register_jitable``); ``*_torch`` are the same arithmetic on int64 tensors (uint64
+bit patterns, with logical shifts emulated by masking).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+
+from envfleet.native.jit import kernel_function
+
+_GOLDEN = 0x9E3779B97F4A7C15
+_MIX1 = 0xBF58476D1CE4E5B9
+_MIX2 = 0x94D049BB133111EB
+_STREAM = 0xD1B54A32D192ED03
+_TO_UNIT = 2.0**-53
+
+
+@kernel_function
+def mix64(z: np.uint64) -> np.uint64:
+    """SplitMix64's finaliser: a bijective avalanche of 64 bits."""
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(_MIX1)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(_MIX2)
+    return z ^ (z >> np.uint64(31))
+
+
+@kernel_function
+def random_u64(seed: np.uint64, episode: np.uint64, counter: np.uint64) -> np.uint64:
+    """The 64 random bits keyed by (seed, episode, counter)."""
+    key = mix64(seed * np.uint64(_GOLDEN) + np.uint64(_STREAM))
+    return mix64(key ^ mix64(episode * np.uint64(_STREAM) + counter * np.uint64(_GOLDEN)))
+
+
+@kernel_function
+def uniform(seed: np.uint64, episode: np.uint64, counter: np.uint64, low: float, high: float):
+    """A float64 in [low, high), computed as NumPy's ``Generator.uniform`` does."""
+    unit = np.float64(random_u64(seed, episode, counter) >> np.uint64(11)) * _TO_UNIT
+    return low + (high - low) * unit
+
+
+@kernel_function
+def env_uniform(rng: Any, i: int, k: int, low: float, high: float) -> float:
+    """Draw ``k`` of env ``i``'s current step: ``rng`` is (seeds, episodes, steps) arrays."""
+    seeds, episodes, steps = rng
+    counter = (np.uint64(steps[i]) << np.uint64(16)) | np.uint64(k)
+    return uniform(seeds[i], episodes[i], counter, low, high)
+
+
+# --- torch twins (bit-identical) -------------------------------------------------------------
+
+
+def _signed(value: int) -> int:
+    """The int64 with the same bits as the uint64 ``value``."""
+    return value - (1 << 64) if value >= 1 << 63 else value
+
+
+def _srl(z: Any, shift: int) -> Any:
+    """Logical right shift of int64 tensors holding uint64 bits."""
+    return (z >> shift) & ((1 << (64 - shift)) - 1)
+
+
+def mix64_torch(z: Any) -> Any:
+    """``mix64`` on an int64 tensor (wrapping multiplication, logical shifts)."""
+    z = (z ^ _srl(z, 30)) * _signed(_MIX1)
+    z = (z ^ _srl(z, 27)) * _signed(_MIX2)
+    return z ^ _srl(z, 31)
+
+
+def random_u64_torch(seed: Any, episode: Any, counter: Any) -> Any:
+    """``random_u64`` on int64 tensors."""
+    key = mix64_torch(seed * _signed(_GOLDEN) + _signed(_STREAM))
+    return mix64_torch(key ^ mix64_torch(episode * _signed(_STREAM) + counter * _signed(_GOLDEN)))
+
+
+def env_uniform_torch(rng: Any, k: int, low: float, high: float) -> Any:
+    """``env_uniform`` for every env at once: a float64 tensor of shape (num_envs,)."""
+    seeds, episodes, steps = rng
+    counter = (steps.to(seeds.dtype) << 16) | k
+    unit = _srl(random_u64_torch(seeds, episodes, counter), 11).double() * _TO_UNIT
+    return low + (high - low) * unit

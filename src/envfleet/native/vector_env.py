@@ -1,0 +1,171 @@
+"""``NativeVectorEnv``: Gymnasium's vector API over an engine that steps all envs at once.
+
+The class owns what every backend shares (spaces, seeding, reset options, info dicts, the
+Gymnasium contract); the engine owns the buffers and the compiled step (``numba_backend``,
+``cuda_backend``, ``torch_backend``). Observations, rewards and flags are the engine's buffers,
+returned without copying: they are overwritten by the next ``step``/``reset``, so copy what you
+keep (``copy=True`` does it for you).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol
+
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from envfleet.native.spec import NativeEnvSpec
+
+
+class Engine(Protocol):
+    """What ``NativeVectorEnv`` needs from a backend."""
+
+    state: tuple  # NamedTuple of per-env arrays
+    obs: Any
+    rewards: Any
+    terminated: Any
+    truncated: Any
+    final_obs: Any
+
+    def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
+        """Reset the masked envs (all when None), reseeding them with ``new_seeds`` if given."""
+
+    def step(self, actions: Any) -> int:
+        """Validate then step every env; return how many episodes ended (SAME_STEP info)."""
+
+    def ended_mask(self) -> Any:
+        """Envs whose episode ended in the last step (terminated or truncated)."""
+
+    def copy(self, array: Any) -> Any:
+        """A copy of one of the engine's buffers, in the engine's array type."""
+
+    def close(self) -> None:
+        """Release the engine's resources."""
+
+
+def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """Accept the enum or its string value ("NextStep", "SameStep", "Disabled")."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        valid = ", ".join(repr(m.value) for m in AutoresetMode)
+        raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
+
+
+def check_seed(seed: Any, name: str = "seed") -> int:
+    """A seed is a non-negative integer (Gymnasium's rule)."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
+    return int(seed)
+
+
+def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
+    """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one given per env."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        base = check_seed(seed)
+        return (np.arange(num_envs, dtype=np.uint64) + np.uint64(base % 2**64))
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
+    return np.array([check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)], dtype=np.uint64)
+
+
+class NativeVectorEnv(VectorEnv):
+    """A batch of ``num_envs`` copies of a native env family, stepped by one engine."""
+
+    def __init__(
+        self,
+        spec: NativeEnvSpec,
+        num_envs: int,
+        engine: Engine,
+        *,
+        backend: str,
+        autoreset_mode: AutoresetMode,
+        seed: int | None = None,
+        copy: bool = False,
+    ) -> None:
+        self.native_spec = spec
+        self.backend = backend
+        self.engine = engine
+        self.num_envs = num_envs
+        self.autoreset_mode = autoreset_mode
+        self.copy = copy
+        self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
+        self.render_mode = None
+        self.single_observation_space = spec.observation_space
+        self.single_action_space = spec.action_space
+        self.observation_space = batch_space(spec.observation_space, num_envs)
+        self.action_space = batch_space(spec.action_space, num_envs)
+        # Like gymnasium.Env: a fresh entropy seed when none is given; used by the first reset.
+        self._initial_seed = (
+            check_seed(seed) if seed is not None
+            else int(np.random.SeedSequence().entropy) % 2**63
+        )
+        self._has_reset = False
+        self._closed = False
+
+    @property
+    def state(self) -> tuple:
+        """Each env's internal state: a NamedTuple of per-env arrays (writable views)."""
+        return self.engine.state
+
+    def reset(
+        self, *, seed: int | Sequence[int] | None = None, options: dict[str, Any] | None = None
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``."""
+        self._check_open()
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; supported: 'reset_mask'")
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
+                    f"got dtype {mask.dtype} and shape {mask.shape}"
+                )
+            if not self._has_reset and not mask.all():
+                raise RuntimeError("the first reset() must reset every env (no reset_mask)")
+        if seed is None and not self._has_reset:
+            seed = self._initial_seed
+        new_seeds = None if seed is None else env_seeds(seed, self.num_envs)
+        self.engine.reset(mask, new_seeds)
+        self._has_reset = True
+        return self._out(self.engine.obs), {}
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env with its action; autoreset as ``metadata["autoreset_mode"]`` says."""
+        self._check_open()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before step()")
+        ended = self.engine.step(actions)
+        info: dict[str, Any] = {}
+        if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
+            mask = self.engine.ended_mask()
+            info = {"final_obs": self._out(self.engine.final_obs), "_final_obs": mask,
+                    "final_info": {}, "_final_info": mask}
+        e = self.engine
+        return (self._out(e.obs), self._out(e.rewards), self._out(e.terminated),
+                self._out(e.truncated), info)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Release the engine (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.engine.close()
+
+    def _out(self, array: Any) -> Any:
+        return self.engine.copy(array) if self.copy else array
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this env is closed")
+
+    def __repr__(self) -> str:
+        return (f"NativeVectorEnv({self.native_spec.id}, num_envs={self.num_envs}, "
+                f"backend={self.backend!r})")
