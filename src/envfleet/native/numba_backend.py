@@ -185,9 +185,10 @@ class NumbaEngine:
     def step(self, actions: Any) -> int:
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
-        result = self._step(self._chunks, self.num_envs, self.state, self.params, a, self.bounds, self.rng,
-                            self.max_episode_steps, self.pending, self._obs_rows, self.rewards,
-                            self.terminated, self.truncated, self._final_obs_rows)
+        result = self._step(self._chunks, self.num_envs, self.state, self.params, a,
+                            self.bounds, self.rng, self.max_episode_steps, self.pending,
+                            self._obs_rows, self.rewards, self.terminated, self.truncated,
+                            self._final_obs_rows)
         if result < 0:
             index = -1 - result
             raise refused_step_error(self.spec, index, a,
