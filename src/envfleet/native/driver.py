@@ -75,6 +75,19 @@ def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
     return f"invalid action for env {index}: {value!r} is not a finite value inside {space}"
 
 
+def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
+                       needs_reset: bool) -> ValueError:
+    """The error for a step refused at env ``index``: it needs a reset, or its action is bad."""
+    if needs_reset:
+        return ValueError(
+            f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
+            f"with reset(options={{'reset_mask': mask}}) before stepping it"
+        )
+    value = actions[index]
+    value = value.tolist() if hasattr(value, "tolist") else value
+    return ValueError(describe_bad_action(spec.action_space, index, value))
+
+
 # --- the per-env driver ---------------------------------------------------------------------
 
 

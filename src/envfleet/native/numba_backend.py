@@ -20,8 +20,8 @@ from envfleet.native.driver import (
     NEXT_STEP,
     SAME_STEP,
     action_format,
-    describe_bad_action,
     make_driver,
+    refused_step_error,
 )
 from envfleet.native.spec import NativeEnvSpec
 
@@ -203,16 +203,3 @@ class NumbaEngine:
 
     def close(self) -> None:
         pass
-
-
-def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
-                       needs_reset: bool) -> ValueError:
-    """The error for a step refused at env ``index``: it needs a reset, or its action is bad."""
-    if needs_reset:
-        return ValueError(
-            f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
-            f"with reset(options={{'reset_mask': mask}}) before stepping it"
-        )
-    value = actions[index]
-    value = value.tolist() if hasattr(value, "tolist") else value
-    return ValueError(describe_bad_action(spec.action_space, index, value))
