@@ -90,7 +90,7 @@ def make(
     *,
     autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
     seed: int | None = None,
-    copy: bool = False,
+    copy: bool = True,
     max_episode_steps: int | None = None,
     **env_kwargs: Any,
 ) -> VectorEnv:
@@ -98,7 +98,8 @@ def make(
 
     ``backend="auto"`` picks ``numba`` for native envs. Backend options (``num_threads`` for
     numba, ``threads_per_block`` for cuda, ``device`` for torch) and the env's own parameters
-    (e.g. ``sutton_barto_reward``) go in ``env_kwargs``.
+    (e.g. ``sutton_barto_reward``) go in ``env_kwargs``. ``copy=False`` returns the engine's own
+    buffers (zero-copy, overwritten by the next step), like Gymnasium's ``copy=False``.
     """
     if not isinstance(env, str):
         raise TypeError(f"env must be an env id string, got {type(env).__name__}")

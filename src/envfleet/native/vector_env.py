@@ -2,9 +2,9 @@
 
 The class owns what every backend shares (spaces, seeding, reset options, info dicts, the
 Gymnasium contract); the engine owns the buffers and the compiled step (``numba_backend``,
-``cuda_backend``, ``torch_backend``). Observations, rewards and flags are the engine's buffers,
-returned without copying: they are overwritten by the next ``step``/``reset``, so copy what you
-keep (``copy=True`` does it for you).
+``cuda_backend``, ``torch_backend``). Observations, rewards and flags live in the engine's
+buffers; by default the caller gets copies (as Gymnasium's ``SyncVectorEnv(copy=True)``), and
+``copy=False`` hands out the buffers themselves: zero-copy, overwritten by the next step.
 """
 
 from __future__ import annotations
@@ -67,7 +67,9 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one given per env."""
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
         base = check_seed(seed)
-        return (np.arange(num_envs, dtype=np.uint64) + np.uint64(base % 2**64))
+        return np.arange(num_envs, dtype=np.uint64) + np.uint64(base % 2**64)
+    if not isinstance(seed, Sequence | np.ndarray):
+        raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
     seeds = list(seed)
     if len(seeds) != num_envs:
         raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
@@ -86,7 +88,7 @@ class NativeVectorEnv(VectorEnv):
         backend: str,
         autoreset_mode: AutoresetMode,
         seed: int | None = None,
-        copy: bool = False,
+        copy: bool = True,
     ) -> None:
         self.native_spec = spec
         self.backend = backend

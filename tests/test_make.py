@@ -1,0 +1,184 @@
+"""``envfleet.make``: ids, backends, seeding, determinism, bad input, Gymnasium integration."""
+
+from __future__ import annotations
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.vector import AutoresetMode
+
+import envfleet
+
+
+def rollout(env, steps: int = 60, seed: int = 0) -> list[np.ndarray]:
+    obs, _ = env.reset(seed=seed)
+    rng = np.random.default_rng(123)
+    out = [obs.copy()]
+    for _ in range(steps):
+        obs, rew, term, trunc, _ = env.step(rng.integers(0, 2, env.num_envs))
+        out += [obs.copy(), rew.copy(), term.copy(), trunc.copy()]
+    return out
+
+
+def test_list_envs_and_backends() -> None:
+    envs = envfleet.list_envs()
+    assert "CartPole-v1" in envs and "numba" in envs["CartPole-v1"]
+    assert "numba" in envfleet.available_backends()
+
+
+def test_unknown_id_names_the_closest() -> None:
+    with pytest.raises(envfleet.UnknownEnvError, match="CartPole-v1"):
+        envfleet.make("CartPol-v1", 4)
+    with pytest.raises(ValueError, match="unknown env id"):
+        envfleet.make("NoSuchEnv-v0", 4)
+
+
+def test_unknown_backend_lists_valid_ones() -> None:
+    with pytest.raises(ValueError, match="valid backends: auto, numba, cuda, torch"):
+        envfleet.make("CartPole-v1", 4, backend="jax")
+
+
+@pytest.mark.parametrize("bad", [0, -1, 2.0, True, "8"])
+def test_num_envs_must_be_a_positive_int(bad) -> None:
+    with pytest.raises(ValueError, match="num_envs"):
+        envfleet.make("CartPole-v1", bad)
+
+
+def test_autoreset_mode_accepts_enum_and_string() -> None:
+    for value in ("NextStep", "SameStep", "Disabled"):
+        env = envfleet.make("CartPole-v1", 2, autoreset_mode=value)
+        assert env.metadata["autoreset_mode"] is AutoresetMode(value)
+    with pytest.raises(ValueError, match="autoreset_mode"):
+        envfleet.make("CartPole-v1", 2, autoreset_mode="sometimes")
+
+
+def test_bad_kwargs_are_refused() -> None:
+    with pytest.raises(TypeError, match="gravty"):
+        envfleet.make("CartPole-v1", 2, gravty=9.8)
+    with pytest.raises(TypeError, match="device"):
+        envfleet.make("CartPole-v1", 2, backend="numba", device="cpu")
+    with pytest.raises(ValueError, match="num_threads"):
+        envfleet.make("CartPole-v1", 2, num_threads=0)
+    with pytest.raises(ValueError, match="max_episode_steps"):
+        envfleet.make("CartPole-v1", 2, max_episode_steps=0)
+    with pytest.raises(ValueError, match="seed"):
+        envfleet.make("CartPole-v1", 2, seed=-1)
+
+
+def test_seed_plus_i() -> None:
+    """Env i of reset(seed=s) is env 0 of reset(seed=s + i) (Gymnasium's rule)."""
+    wide, _ = envfleet.make("CartPole-v1", 4).reset(seed=10)
+    for i in range(4):
+        single, _ = envfleet.make("CartPole-v1", 1).reset(seed=10 + i)
+        np.testing.assert_array_equal(single[0], wide[i])
+    seeds = envfleet.make("CartPole-v1", 3)
+    obs_list, _ = seeds.reset(seed=[12, 11, 10])
+    obs_int, _ = envfleet.make("CartPole-v1", 3).reset(seed=10)
+    np.testing.assert_array_equal(obs_list[::-1], obs_int)
+
+
+def test_same_seed_same_trajectory_different_seed_different() -> None:
+    a = rollout(envfleet.make("CartPole-v1", 32), seed=5)
+    b = rollout(envfleet.make("CartPole-v1", 32), seed=5)
+    c = rollout(envfleet.make("CartPole-v1", 32), seed=6)
+    assert all(np.array_equal(x, y) for x, y in zip(a, b, strict=True))
+    assert not np.array_equal(a[0], c[0])
+
+
+def test_make_seed_is_the_first_reset_seed() -> None:
+    a = envfleet.make("CartPole-v1", 4, seed=3).reset()[0]
+    b = envfleet.make("CartPole-v1", 4).reset(seed=3)[0]
+    np.testing.assert_array_equal(a, b)
+    unseeded = [envfleet.make("CartPole-v1", 4).reset()[0] for _ in range(2)]
+    assert not np.array_equal(*unseeded)
+
+
+def test_thread_count_does_not_change_trajectories() -> None:
+    n = 5000  # above the parallel threshold
+    runs = [rollout(envfleet.make("CartPole-v1", n, num_threads=t), steps=40) for t in (1, 2)]
+    assert all(np.array_equal(x, y) for x, y in zip(*runs, strict=True))
+
+
+@pytest.mark.parametrize(
+    ("actions", "message"),
+    [
+        (np.zeros(3, dtype=np.int64), r"shape \(4,\)"),
+        (np.zeros((4, 1), dtype=np.int64), r"shape \(4,\)"),
+        (np.zeros(4, dtype=np.float32), "must be integers"),
+        (np.zeros(4, dtype=bool), "must be integers"),
+        (np.array([0, 1, 2, 0]), "env 2: 2 is not in Discrete"),
+        (np.array([0, -1, 0, 0]), "env 1: -1 is not in Discrete"),
+        (np.array([0, 0, 0, 2**64 - 1], dtype=np.uint64), "env 3"),
+        (np.array([0, 0, 0, np.nan]), "must be integers"),
+    ],
+)
+def test_bad_actions_are_refused_and_nothing_moves(actions, message) -> None:
+    env = envfleet.make("CartPole-v1", 4, seed=0)
+    env.reset()
+    env.step(np.ones(4, dtype=np.int64))
+    before = [c.copy() for c in env.state]
+    with pytest.raises(ValueError, match=message):
+        env.step(actions)
+    for col, old in zip(env.state, before, strict=True):
+        np.testing.assert_array_equal(col, old)
+    obs, *_ = env.step([1, 0, 1, 0])  # lists and other int dtypes are fine
+    env.step(np.array([1, 0, 1, 0], dtype=np.uint8))
+    assert obs.shape == (4, 4)
+
+
+def test_step_before_reset_and_after_close() -> None:
+    env = envfleet.make("CartPole-v1", 2)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.step(np.zeros(2, dtype=np.int64))
+    env.reset()
+    env.close()
+    env.close()  # idempotent
+    with pytest.raises(RuntimeError, match="closed"):
+        env.step(np.zeros(2, dtype=np.int64))
+
+
+def test_bad_reset_options() -> None:
+    env = envfleet.make("CartPole-v1", 3)
+    with pytest.raises(ValueError, match="reset_mask"):
+        env.reset(options={"reset_mask": np.ones(2, dtype=bool)})
+    with pytest.raises(ValueError, match="reset_mask"):
+        env.reset(options={"reset_mask": np.ones(3, dtype=np.int64)})
+    with pytest.raises(ValueError, match="unknown reset options"):
+        env.reset(options={"low": -0.1})
+    with pytest.raises(ValueError, match="seed"):
+        env.reset(seed=1.5)
+    with pytest.raises(ValueError, match="3 entries"):
+        env.reset(seed=[1, 2])
+
+
+def test_copy_false_hands_out_the_engine_buffers() -> None:
+    env = envfleet.make("CartPole-v1", 2, copy=False)
+    obs, _ = env.reset(seed=0)
+    obs2 = env.step(np.zeros(2, dtype=np.int64))[0]
+    assert obs2 is obs
+    default = envfleet.make("CartPole-v1", 2)
+    first, _ = default.reset(seed=0)
+    second = default.step(np.zeros(2, dtype=np.int64))[0]
+    assert not np.shares_memory(first, second)
+
+
+def test_gymnasium_make_vec_gets_the_native_kernel() -> None:
+    env = gym.make_vec("envfleet/CartPole-v1", num_envs=8,
+                       vectorization_mode="vector_entry_point")
+    assert isinstance(env.unwrapped, envfleet.native.vector_env.NativeVectorEnv)
+    assert env.num_envs == 8 and env.single_action_space == gym.spaces.Discrete(2)
+    obs, _ = env.reset(seed=0)
+    assert env.observation_space.contains(obs)
+    env.step(env.action_space.sample())
+    single = gym.make("envfleet/CartPole-v1")  # the reference single env still works
+    single.reset(seed=0)
+    env.close()
+
+
+def test_spaces_match_gymnasium() -> None:
+    env = envfleet.make("CartPole-v1", 5)
+    reference = gym.make("CartPole-v1")
+    assert env.single_observation_space == reference.observation_space
+    assert env.single_action_space == reference.action_space
+    assert env.observation_space.shape == (5, 4)
+    assert env.action_space == gym.spaces.MultiDiscrete([2] * 5)
