@@ -1,0 +1,7 @@
+#!/usr/bin/env bash
+# Runs the test suite. CUDA kernels run under Numba's CUDA simulator unless a GPU run is asked
+# for (NUMBA_ENABLE_CUDASIM=0); the variable must be set before Python starts.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+export NUMBA_ENABLE_CUDASIM=${NUMBA_ENABLE_CUDASIM:-1}
+exec .venv/bin/python -m pytest -q "$@"
