@@ -1,0 +1,12 @@
+"""``envfleet bench``: steps/s of every backend side by side with what users pick instead.
+
+- ``measure``: one point (backend, num_envs, threads) measured in its own fresh process;
+- ``baselines``: Gymnasium's SyncVectorEnv and NumPy vector env, SB3's DummyVecEnv;
+- ``report``: the rich and Markdown tables, JSON lines, the PNG plot;
+- ``runner``: the command's options, the sweep and its progress display.
+"""
+
+from envfleet.bench.baselines import BASELINES
+from envfleet.bench.measure import PointSpec, measure, run_point
+
+__all__ = ["BASELINES", "PointSpec", "measure", "run_point"]

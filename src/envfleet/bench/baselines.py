@@ -1,0 +1,94 @@
+"""Baselines: what a user would pick instead of envfleet, built the way that user builds them.
+
+Each baseline is N copies of the reference Gymnasium env (``NativeEnvSpec.reference_id``):
+
+- ``gym-sync``: ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (a ``SyncVectorEnv``
+  of N Python envs, stepped in a loop);
+- ``gym-numpy``: ``gymnasium.make_vec(id, N, vectorization_mode="vector_entry_point")``
+  (Gymnasium's own NumPy-vectorised env, e.g. ``CartPoleVectorEnv``);
+- ``sb3-dummy``: Stable-Baselines3's ``DummyVecEnv`` over N ``gymnasium.make(id)`` envs.
+
+This module only imports Gymnasium at module level; Stable-Baselines3 (which imports torch) is
+imported when a ``sb3-dummy`` env is built, inside the measuring worker.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import gymnasium
+import numpy as np
+
+#: Python-loop baselines hold one Python env object per env (~6-10 KB each, seconds to build
+#: 65,536 of them): by default they are not measured above this many envs.
+PYTHON_LOOP_MAX_ENVS = 65_536
+
+
+@dataclass(frozen=True)
+class Baseline:
+    """A way to get N copies of a Gymnasium env without envfleet."""
+
+    name: str
+    description: str
+    #: builds one Python object per env (bounded by ``--baseline-max-envs``)
+    python_loop: bool
+    build: Callable[[str, int, int], BaselineEnv]
+    requires: str | None = None  # an optional module it needs
+
+    def status(self, reference_id: str) -> str | None:
+        """None when this baseline can run ``reference_id`` here, else the reason it cannot."""
+        if self.requires and importlib.util.find_spec(self.requires) is None:
+            return f"needs {self.requires} (pip install 'envfleet[bench]')"
+        if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
+            return f"Gymnasium has no NumPy vector env for {reference_id}"
+        return None
+
+
+@dataclass
+class BaselineEnv:
+    """A built baseline with the one interface the measuring loop needs."""
+
+    reset: Callable[[], Any]  # seeds and resets every env, returns the first observations
+    step: Callable[[Any], Any]  # steps every env with a batch of actions
+    action_space: gymnasium.spaces.Space  # the batched action space
+    close: Callable[[], None]
+
+
+def _gym_vector(mode: str) -> Callable[[str, int, int], BaselineEnv]:
+    def build(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
+        env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+        return BaselineEnv(reset=lambda: env.reset(seed=seed)[0], step=env.step,
+                           action_space=env.action_space, close=env.close)
+
+    return build
+
+
+def _sb3_dummy(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
+    from stable_baselines3.common.vec_env import DummyVecEnv
+
+    env = DummyVecEnv([lambda: gymnasium.make(env_id)] * num_envs)
+
+    def reset() -> np.ndarray:
+        env.seed(seed)
+        return env.reset()
+
+    return BaselineEnv(
+        reset=reset, step=env.step,
+        action_space=gymnasium.vector.utils.batch_space(env.action_space, num_envs),
+        close=env.close,
+    )
+
+
+BASELINES: dict[str, Baseline] = {
+    b.name: b
+    for b in (
+        Baseline("gym-numpy", "Gymnasium's NumPy vector env (vector_entry_point)", False,
+                 _gym_vector("vector_entry_point")),
+        Baseline("gym-sync", "Gymnasium SyncVectorEnv (make_vec sync)", True, _gym_vector("sync")),
+        Baseline("sb3-dummy", "Stable-Baselines3 DummyVecEnv", True, _sb3_dummy,
+                 requires="stable_baselines3"),
+    )
+}

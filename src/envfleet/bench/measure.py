@@ -1,0 +1,283 @@
+"""Measuring one point (a backend or baseline at one num_envs and thread count).
+
+Every point runs in its own fresh process (``python -m envfleet.bench.measure SPEC_JSON``):
+numba's thread pool skews timings 2-4x when serial and parallel kernels or different thread
+counts share a process, and a fresh process also gives each point a clean heap and a timeout
+that cannot hang the run. The worker prints one result line (``RESULT_TAG`` + JSON).
+
+Per point: build the envs (``construct_s``), then time the first reset + first step apart
+(``warmup_s``: JIT compilation, thread-pool start, first touch of the buffers), then a short
+untimed warm-up, then step with one fixed batch of random valid actions for ``seconds``
+(at least ``min_calls`` calls). ``steps_per_s = num_envs * calls / elapsed``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+RESULT_TAG = "ENVFLEET_BENCH_RESULT "
+NATIVE_BACKENDS = ("numba", "torch", "cuda")
+
+
+@dataclass(frozen=True)
+class PointSpec:
+    """What one worker process measures."""
+
+    env_id: str  # envfleet's id (native backends)
+    reference_id: str  # the Gymnasium id (baselines)
+    backend: str  # a native backend or a baseline name
+    num_envs: int
+    threads: int | None = None  # numba threads (None: not applicable)
+    seconds: float = 1.0
+    min_calls: int = 3
+    seed: int = 0
+    options: dict[str, Any] = field(default_factory=dict)  # extra make() options
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+
+# --- worker side --------------------------------------------------------------------------------
+
+
+def _peak_rss_mb() -> float | None:
+    try:
+        import resource
+    except ImportError:  # not POSIX
+        return None
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def timed_loop(step: Callable[[], Any], sync: Callable[[], None], seconds: float,
+               min_calls: int) -> tuple[int, float, float]:
+    """Call ``step`` for ``seconds`` (and ``min_calls`` times at least).
+
+    Returns (calls, elapsed seconds, median seconds per call over the timed batches). Calls are
+    grouped in batches that grow while a batch takes under 10 ms, so that reading the clock
+    (and synchronising a device) costs nothing next to the calls it times.
+    """
+    calls, batch, per_call = 0, 1, []
+    sync()
+    start = time.perf_counter()
+    while True:
+        t0 = time.perf_counter()
+        for _ in range(batch):
+            step()
+        sync()
+        t1 = time.perf_counter()
+        calls += batch
+        per_call.append((t1 - t0) / batch)
+        elapsed = t1 - start
+        if elapsed >= seconds and calls >= min_calls:
+            break
+        if t1 - t0 < 0.01:
+            batch *= 2
+        # don't overshoot the time budget by more than one call
+        left = max(seconds - elapsed, 0.0)
+        batch = max(1, min(batch, int(left / per_call[-1]) if per_call[-1] > 0 else batch))
+    per_call.sort()
+    return calls, elapsed, per_call[len(per_call) // 2]
+
+
+def _is_tensor(x: Any) -> bool:
+    """A torch tensor (NumPy 2 arrays have a ``device`` too: the string "cpu")."""
+    return type(x).__module__.startswith("torch")
+
+
+def _device_sync(backend: str, obs: Any) -> tuple[str, Callable[[], None]]:
+    """(device name, a function that waits for the device) for the outputs ``obs``."""
+    if not _is_tensor(obs):  # NumPy outputs
+        return "cpu", lambda: None
+    import torch
+
+    device = obs.device
+    syncs: list[Callable[[], None]] = []
+    if device.type == "cuda":
+        syncs.append(lambda: torch.cuda.synchronize(device))
+    elif device.type != "cpu" and hasattr(torch, "accelerator"):
+        syncs.append(torch.accelerator.synchronize)
+    if backend == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
+        from numba import cuda
+
+        syncs.append(cuda.synchronize)
+
+    def sync() -> None:
+        for s in syncs:
+            s()
+
+    return str(device), sync
+
+
+def _as_backend_actions(actions: Any, obs: Any) -> Any:
+    """The action batch in the outputs' array type: a tensor on their device, or NumPy."""
+    if not _is_tensor(obs):
+        return actions
+    import torch
+
+    return torch.as_tensor(actions, device=obs.device)
+
+
+def _import_for(backend: str) -> None:
+    """Import what building ``backend`` imports, so that the build time excludes it."""
+    import gymnasium  # noqa: F401
+
+    if backend in NATIVE_BACKENDS:
+        import envfleet  # noqa: F401
+    if backend in ("torch", "cuda", "sb3-dummy"):
+        import torch  # noqa: F401
+    if backend == "sb3-dummy":
+        import stable_baselines3  # noqa: F401
+
+
+def measure(spec: PointSpec) -> dict[str, Any]:
+    """Measure one point in this process and return its result (JSON-able)."""
+    result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
+                              "threads": spec.threads, "device": "cpu"}
+    native = spec.backend in NATIVE_BACKENDS
+    t0 = time.perf_counter()
+    _import_for(spec.backend)
+    result["import_s"] = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    if native:
+        import envfleet
+
+        options = dict(spec.options)
+        if spec.backend == "numba":
+            options["num_threads"] = spec.threads
+        env = envfleet.make(spec.env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
+                            **options)
+        reset, step_env, batched_actions, close = (
+            lambda: env.reset(seed=spec.seed)[0], env.step, env.action_space, env.close)
+    else:
+        from envfleet.bench.baselines import BASELINES
+
+        built = BASELINES[spec.backend].build(spec.reference_id, spec.num_envs, spec.seed)
+        reset, step_env, batched_actions, close = (
+            built.reset, built.step, built.action_space, built.close)
+        result["threads"] = 1  # a Python loop / single-threaded NumPy
+    construct_s = time.perf_counter() - t0
+
+    # one fixed batch of random valid actions, drawn before the clock starts
+    batched_actions.seed(spec.seed)
+    actions = batched_actions.sample()
+
+    t0 = time.perf_counter()
+    obs = reset()
+    reset_s = time.perf_counter() - t0
+    actions = _as_backend_actions(actions, obs)
+    result["device"], sync = _device_sync(spec.backend, obs)
+    if spec.backend == "torch" and result["device"] == "cpu":
+        import torch
+
+        result["threads"] = torch.get_num_threads()
+    t0 = time.perf_counter()
+    step_env(actions)
+    sync()
+    first_step_s = time.perf_counter() - t0
+
+    # untimed warm-up: a tenth of the budget, one call at least
+    t0 = time.perf_counter()
+    while True:
+        step_env(actions)
+        sync()
+        if time.perf_counter() - t0 >= 0.1 * spec.seconds:
+            break
+
+    calls, elapsed, median = timed_loop(lambda: step_env(actions), sync, spec.seconds,
+                                        spec.min_calls)
+    close()
+    result.update(
+        status="ok",
+        steps_per_s=spec.num_envs * calls / elapsed,
+        seconds=elapsed,
+        calls=calls,
+        steps=spec.num_envs * calls,
+        us_per_call=1e6 * elapsed / calls,
+        us_per_call_median=1e6 * median,
+        construct_s=construct_s,
+        warmup_s=reset_s + first_step_s,
+        first_reset_s=reset_s,
+        first_step_s=first_step_s,
+        peak_rss_mb=_peak_rss_mb(),
+    )
+    return result
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: measure the point given as JSON, print the tagged result line."""
+    args = sys.argv[1:] if argv is None else argv
+    spec = PointSpec(**json.loads(args[0]))
+    try:
+        result = measure(spec)
+    except Exception as error:  # reported as a failure row by the parent
+        result = {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads,
+                  "status": "failed", "error": f"{type(error).__name__}: {error}",
+                  "unavailable": isinstance(error, ImportError) or
+                  type(error).__name__ == "BackendUnavailableError",
+                  "traceback": traceback.format_exc(limit=-4)}
+    sys.stdout.flush()
+    print(RESULT_TAG + json.dumps(result), flush=True)
+    return 0
+
+
+# --- parent side --------------------------------------------------------------------------------
+
+
+def cpu_seconds() -> tuple[float, float] | None:
+    """(busy CPU seconds of the whole machine, CPU seconds of this process and its children)."""
+    try:
+        with open("/proc/stat") as f:
+            fields = [int(v) for v in f.readline().split()[1:]]
+        import resource
+    except (OSError, ValueError, ImportError):  # not Linux
+        return None
+    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
+    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal, not guests
+    ours = 0.0
+    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
+        usage = resource.getrusage(who)
+        ours += usage.ru_utime + usage.ru_stime
+    return busy, ours
+
+
+def background_load(before: tuple[float, float] | None, after: tuple[float, float] | None,
+                    wall: float) -> float | None:
+    """Cores kept busy by other processes (or the hypervisor) while a point ran."""
+    if before is None or after is None or wall <= 0:
+        return None
+    others = (after[0] - before[0]) - (after[1] - before[1])
+    return round(max(others, 0.0) / wall, 2)
+
+
+def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None
+              ) -> dict[str, Any]:
+    """Measure ``spec`` in a fresh worker process; a crash or timeout gives a failure row."""
+    cmd = [sys.executable, "-m", "envfleet.bench.measure", spec.to_json()]
+    base = {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads}
+    cpu0, t0 = cpu_seconds(), time.perf_counter()
+    try:
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              env=env, stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**base, "status": "timeout", "wall_s": time.perf_counter() - t0,
+                "error": f"no result within the {timeout:g} s timeout (process killed)"}
+    wall = time.perf_counter() - t0
+    extra = {"wall_s": wall, "background_load": background_load(cpu0, cpu_seconds(), wall)}
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return {**json.loads(line[len(RESULT_TAG):]), **extra}
+    tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
+    return {**base, "status": "failed", **extra,
+            "error": f"worker exited with code {proc.returncode}: " + " | ".join(tail)}
+
+
+if __name__ == "__main__":
+    sys.exit(main())

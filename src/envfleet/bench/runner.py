@@ -1,0 +1,359 @@
+"""``envfleet bench``: plan the sweep, measure each point in a fresh process, report.
+
+The sweep is every (backend or baseline, num_envs, numba thread count) point; points run one
+at a time (they would compete for the cores otherwise), smallest num_envs first, all series at
+one num_envs before the next, so a run cut short still has complete rows.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+)
+
+from envfleet.bench.baselines import BASELINES, PYTHON_LOOP_MAX_ENVS
+from envfleet.bench.measure import (
+    NATIVE_BACKENDS,
+    PointSpec,
+    background_load,
+    cpu_seconds,
+    run_point,
+)
+from envfleet.bench.report import (
+    BUSY_CORES,
+    JsonLines,
+    Results,
+    busy,
+    human,
+    machine_info,
+    markdown,
+    micros,
+    plot,
+    rich_tables,
+)
+from envfleet.cli import CommandError
+
+DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
+ALL_BACKENDS = (*NATIVE_BACKENDS, *BASELINES)
+
+
+def add_arguments(parser: argparse.ArgumentParser) -> None:
+    """The ``bench`` subcommand's options."""
+    parser.add_argument("--env", default="CartPole-v1", help="env id (default: %(default)s)")
+    parser.add_argument(
+        "--backends", type=_names,
+        help=f"comma list of native backends and baselines: {', '.join(ALL_BACKENDS)} "
+             "(default: every one that can run here; cuda not under the CUDA simulator)")
+    parser.add_argument(
+        "--num-envs", type=_ints, default=DEFAULT_NUM_ENVS, metavar="N,N,...",
+        help="comma list of batch sizes (default: "
+             f"{','.join(map(str, DEFAULT_NUM_ENVS))})")
+    parser.add_argument("--seconds", type=_positive_float, default=1.0,
+                        help="timed stepping per point, after warm-up (default: %(default)s)")
+    parser.add_argument("--threads", type=_ints, metavar="T,T,...",
+                        help="comma list of numba thread counts to sweep "
+                             "(default: the usable cores)")
+    parser.add_argument("--out", type=Path, default=Path("bench-results"),
+                        help="folder for <env>.jsonl, <env>.md, <env>.png "
+                             "(default: ./%(default)s)")
+    parser.add_argument(
+        "--baseline-max-envs", type=_positive_int, default=PYTHON_LOOP_MAX_ENVS, metavar="N",
+        help="largest num_envs for the baselines that build one Python env per env "
+             f"({', '.join(b.name for b in BASELINES.values() if b.python_loop)}; "
+             "default: %(default)s)")
+    parser.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
+                        help="wall-clock limit per point, build included (default: %(default)s)")
+    parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
+                        help="before each point, wait up to S seconds for other processes to "
+                             "leave the cores idle (default: 0, don't wait; busy points are "
+                             "marked * either way)")
+    parser.add_argument("--torch-device", help="device for the torch backend "
+                                               "(default: the backend's own default)")
+    parser.add_argument("--threads-per-block", type=_positive_int,
+                        help="CUDA threads per block for the cuda backend")
+    parser.set_defaults(func=run)
+
+
+# --- argument types ----------------------------------------------------------------------------
+
+
+def _names(text: str) -> list[str]:
+    names = [t.strip() for t in text.split(",") if t.strip()]
+    if not names:
+        raise argparse.ArgumentTypeError("expected a comma list of names")
+    return names
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+    return value
+
+
+def _ints(text: str) -> list[int]:
+    values = sorted({_positive_int(t.strip()) for t in text.split(",") if t.strip()})
+    if not values:
+        raise argparse.ArgumentTypeError("expected a comma list of integers")
+    return values
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
+    return value
+
+
+# --- planning ----------------------------------------------------------------------------------
+
+
+@dataclass
+class Planned:
+    """One point of the sweep: what to measure, or why it is skipped."""
+
+    series: str  # the table column / plot line it belongs to
+    spec: PointSpec
+    skip: str | None = None
+
+
+def _usable_cores() -> int:
+    from envfleet.native.numba_backend import usable_cores
+
+    return usable_cores()
+
+
+def choose_backends(requested: list[str] | None, reference_id: str
+                    ) -> tuple[list[str], list[str]]:
+    """(backends to measure, notes on those left out). Explicit requests must be runnable."""
+    import envfleet
+    from envfleet.registry import backend_status
+
+    def status(name: str) -> str | None:
+        if name in BASELINES:
+            return BASELINES[name].status(reference_id)
+        return backend_status(name)
+
+    if requested is not None:
+        unknown = [b for b in requested if b not in ALL_BACKENDS]
+        if unknown:
+            raise CommandError(f"unknown backend(s) {', '.join(map(repr, unknown))}; "
+                               f"valid: {', '.join(ALL_BACKENDS)}")
+        for b in requested:
+            reason = status(b)
+            if reason:
+                raise CommandError(f"backend {b!r} cannot run here: {reason}")
+        return list(dict.fromkeys(requested)), []
+
+    chosen, notes = [], []
+    available = envfleet.available_backends()
+    for b in ALL_BACKENDS:
+        if b in NATIVE_BACKENDS and b not in available:
+            notes.append(f"{b}: {backend_status(b)}")
+        elif b == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+            notes.append("cuda: the CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1), "
+                         "it is for tests only; ask for it with --backends cuda")
+        elif b in BASELINES and (reason := status(b)):
+            notes.append(f"{b}: {reason}")
+        else:
+            chosen.append(b)
+    return chosen, notes
+
+
+def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int],
+         threads: list[int], args: argparse.Namespace
+         ) -> tuple[list[Planned], list[tuple[str, str]]]:
+    """Every point in run order, and the series (label, backend) in table-column order."""
+    native = [b for b in backends if b in NATIVE_BACKENDS]
+    baselines = [b for b in backends if b in BASELINES]
+    series: list[tuple[str, str, int | None]] = []  # (label, backend, threads)
+    for b in native:
+        if b == "numba":
+            series += [(f"numba {t}t" if len(threads) > 1 else "numba", b, t)
+                       for t in sorted(threads, reverse=True)]
+        else:
+            series.append((b, b, None))
+    series += [(b, b, None) for b in baselines]
+
+    points = []
+    for n in num_envs:
+        for label, backend, t in series:
+            options: dict[str, Any] = {}
+            if backend == "torch" and args.torch_device:
+                options["device"] = args.torch_device
+            if backend == "cuda" and args.threads_per_block:
+                options["threads_per_block"] = args.threads_per_block
+            spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
+                             num_envs=n, threads=t, seconds=args.seconds, options=options)
+            skip = None
+            if backend in BASELINES and BASELINES[backend].python_loop \
+                    and n > args.baseline_max_envs:
+                skip = (f"above --baseline-max-envs {args.baseline_max_envs:,} "
+                        "(one Python env object per env: slow to build, ~6-10 KB each)")
+            points.append(Planned(label, spec, skip))
+    return points, [(label, backend) for label, backend, _ in series]
+
+
+# --- running -----------------------------------------------------------------------------------
+
+
+def _worker_env(spec: PointSpec) -> dict[str, str]:
+    """The worker's environment: numba's pool must be large enough for the threads asked."""
+    import numba
+
+    env = dict(os.environ)
+    if spec.threads and spec.threads > numba.config.NUMBA_NUM_THREADS:
+        env["NUMBA_NUM_THREADS"] = str(spec.threads)
+    return env
+
+
+def wait_until_quiet(limit_s: float, progress: Progress, task: Any, what: str) -> None:
+    """Wait (up to ``limit_s``) until other processes use less than ``BUSY_CORES`` cores."""
+    start = time.perf_counter()
+    while time.perf_counter() - start < limit_s:
+        before = cpu_seconds()
+        time.sleep(0.5)
+        load = background_load(before, cpu_seconds(), 0.5)
+        if load is None or load < BUSY_CORES:
+            return
+        progress.update(task, description=f"waiting for a quiet machine (other processes: "
+                                          f"{load:.1f} cores) before {what}")
+
+
+def _summary(row: dict[str, Any]) -> str:
+    where = f"{row['series']:>12} @ {row['num_envs']:>9,} envs"
+    if row["status"] == "ok":
+        load = row.get("background_load")
+        noisy = f", [yellow]other processes: {load:.1f} cores[/]" if busy(row) else ""
+        return (f"{where}: {human(row['steps_per_s']):>6} steps/s  "
+                f"{micros(row['us_per_call']):>9}/call  "
+                f"(build {row['construct_s']:.2f} s, JIT/warm-up {row['warmup_s']:.2f} s{noisy})")
+    if row["status"] == "skipped":
+        return f"[dim]{where}: skipped: {escape(row.get('note', ''))}[/]"
+    return f"[red]{where}: {row['status']}: {escape(row.get('error', ''))}[/]"
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep and write the reports; 1 when a point failed, else 0."""
+    from envfleet import UnknownEnvError
+    from envfleet.registry import _native_spec  # the same lookup (and error) as make()
+
+    t_start = time.perf_counter()
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    try:
+        env_spec = _native_spec(args.env)
+    except UnknownEnvError as error:
+        raise CommandError(str(error)) from None
+    backends, notes = choose_backends(args.backends, env_spec.reference_id)
+    if not backends:
+        raise CommandError("nothing to measure: no backend can run here")
+    threads = args.threads or [_usable_cores()]
+    points, columns = plan(env_spec.id, env_spec.reference_id, backends, args.num_envs,
+                           threads, args)
+    series = [label for label, _ in columns]
+    # the ratio columns compare the first native series (numba at the most threads) to baselines
+    primary = next((label for label, b in columns if b in NATIVE_BACKENDS), None)
+
+    info = machine_info()
+    settings = {"env": env_spec.id, "backends": backends, "num_envs": args.num_envs,
+                "threads": threads, "seconds": args.seconds,
+                "baseline_max_envs": args.baseline_max_envs, "timeout_s": args.timeout}
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = env_spec.id.replace("/", "_")
+    jsonl = JsonLines(args.out / f"{stem}.jsonl", {**info, "settings": settings})
+
+    console.print(f"[bold]envfleet bench[/] {env_spec.id}: {', '.join(series)} at num_envs "
+                  f"{', '.join(f'{n:,}' for n in args.num_envs)}; {args.seconds:g} s per point, "
+                  f"each in a fresh process. {info['cpu']}, {info['usable_cores']} usable cores.")
+    for note in notes:
+        console.print(f"[dim]not measured: {escape(note)}[/]")
+    over = [t for t in threads if t > info["usable_cores"]]
+    if over:
+        console.print(f"[yellow]note: {over} numba threads > {info['usable_cores']} usable "
+                      "cores (oversubscribed)[/]")
+
+    rows: list[dict[str, Any]] = []
+    dead: dict[str, str] = {}  # series -> why its later points are skipped
+    interrupted = False
+    progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                        MofNCompleteColumn(), TimeElapsedColumn(), console=console,
+                        refresh_per_second=4)
+    try:
+        with progress:
+            task = progress.add_task("starting", total=len(points))
+            for p in points:
+                s = p.spec
+                what = f"{p.series} num_envs={s.num_envs:,}"
+                if s.threads:
+                    what += f" threads={s.threads}"
+                progress.update(task, description=f"measuring {what}")
+                skip = p.skip or dead.get(p.series)
+                if skip:
+                    row = {"backend": s.backend, "num_envs": s.num_envs, "threads": s.threads,
+                           "status": "skipped", "note": skip}
+                else:
+                    if args.wait_quiet > 0:
+                        wait_until_quiet(args.wait_quiet, progress, task, what)
+                        progress.update(task, description=f"measuring {what}")
+                    row = run_point(s, args.timeout, env=_worker_env(s))
+                row = {"type": "point", "series": p.series, "env": env_spec.id, **row}
+                if row["status"] == "timeout":
+                    dead[p.series] = f"timed out at {s.num_envs:,} envs"
+                elif row.get("unavailable"):
+                    dead[p.series] = f"unavailable: {row['error']}"
+                rows.append(row)
+                jsonl.write(row)
+                progress.console.print(_summary(row))
+                progress.advance(task)
+            progress.update(task, description="done")
+    except KeyboardInterrupt:
+        interrupted = True
+        console.print("[yellow]interrupted: reporting the points measured so far[/]")
+    finally:
+        jsonl.close()
+
+    results = Results(rows, series, primary)
+    if not results.num_envs:
+        return 130 if interrupted else 1
+    main_table, startup = rich_tables(
+        results, f"{env_spec.id} steps/s ({args.seconds:g} s per point"
+                 + (f"; ratios = {primary} / baseline at the same num_envs)" if primary else ")"))
+    console.print(main_table)
+    console.print(startup)
+    for line in results.problems():
+        console.print(f"[dim]- {escape(line)}[/]")
+
+    command = "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
+    md_path = args.out / f"{stem}.md"
+    md_path.write_text(markdown(results, env_spec.id, info, settings, command))
+    png_path = args.out / f"{stem}.png"
+    why_not = plot(results, env_spec.id, info, png_path)
+    written = [jsonl.path, md_path] + ([] if why_not else [png_path])
+    console.print(f"wrote {', '.join(map(str, written))} in "
+                  f"{time.perf_counter() - t_start:.0f} s")
+    if why_not:
+        console.print(f"[yellow]{escape(why_not)}[/]")
+    if interrupted:
+        return 130
+    return 1 if any(r["status"] in ("failed", "timeout") for r in rows) else 0

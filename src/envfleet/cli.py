@@ -1,0 +1,54 @@
+"""The ``envfleet`` command line: one subcommand per job (``bench``; ``train`` to come).
+
+Each subcommand module provides ``add_arguments(parser)``, which sets ``func`` (taking the
+parsed arguments, returning the exit status) as the parser's default.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+
+class CommandError(Exception):
+    """A subcommand cannot start (bad option value, unknown env id or backend): exit status 2."""
+
+
+#: subcommand -> (module with ``add_arguments``, one-line help)
+COMMANDS = {
+    "bench": ("envfleet.bench.runner",
+              "steps/s of every backend side by side with Gymnasium and SB3 baselines"),
+}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The parser with every subcommand registered."""
+    import importlib
+
+    from envfleet import __version__
+
+    parser = argparse.ArgumentParser(
+        prog="envfleet", description="Reinforcement-learning environments as fast as the "
+                                     "hardware allows.")
+    parser.add_argument("--version", action="version", version=f"envfleet {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for name, (module, help_text) in COMMANDS.items():
+        command = sub.add_parser(name, help=help_text, description=help_text)
+        importlib.import_module(module).add_arguments(command)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Parse ``argv`` (default: the process's arguments) and run the subcommand."""
+    argv = sys.argv[1:] if argv is None else list(argv)
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    try:
+        return args.func(args)
+    except CommandError as error:
+        print(f"envfleet {args.command}: error: {error}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
