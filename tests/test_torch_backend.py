@@ -1,0 +1,554 @@
+"""The ``torch`` backend: Gymnasium agreement, same trajectories as numba for the same seed (all
+three autoreset modes), refused steps that change nothing, outputs on the requested device, and
+the counter RNG's torch twin bit for bit.
+
+A toy family with Box actions, a 2-D state column and 2-D observations (``Drift-v0``, defined
+here for numba and torch) checks that the torch driver is generic, not CartPole-shaped.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from typing import NamedTuple
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium import spaces
+from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+from numba import njit
+
+import envfleet
+from envfleet.native.cartpole import SPEC as CARTPOLE
+from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
+from envfleet.native.jit import kernel_function
+from envfleet.native.numba_backend import NumbaEngine
+from envfleet.native.rng import env_uniform, env_uniform_torch, random_u64, random_u64_torch
+from envfleet.native.spec import NativeEnvSpec
+
+torch = pytest.importorskip("torch")
+from envfleet.native.torch_backend import TorchEngine  # noqa: E402
+
+DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
+MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+def host(x) -> np.ndarray:
+    """A NumPy copy of a tensor (any device) or array."""
+    return x.detach().cpu().numpy().copy() if isinstance(x, torch.Tensor) else np.array(x)
+
+
+def snapshot(engine) -> dict[str, np.ndarray]:
+    """Every buffer of an engine, copied to the host."""
+    out = {f"state.{k}": host(v) for k, v in engine.state._asdict().items()}
+    out |= {f"rng{i}": host(v).view(np.int64) for i, v in enumerate(engine.rng)}
+    for name in ("obs", "final_obs", "rewards", "terminated", "truncated", "pending"):
+        out[name] = host(getattr(engine, name))
+    return out
+
+
+def assert_same_buffers(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for key in a:
+        assert a[key].dtype == b[key].dtype, key
+        np.testing.assert_array_equal(a[key], b[key], err_msg=key, strict=True)
+
+
+def policy(obs: np.ndarray, rng: np.random.Generator, noise: np.ndarray) -> np.ndarray:
+    """Balance the pole, with per-env random flips: low noise reaches the time limit, high
+    noise drops the pole early."""
+    greedy = (obs[:, 2] + 0.5 * obs[:, 3] > 0).astype(np.int64)
+    flip = rng.random(len(obs)) < noise
+    return np.where(flip, rng.integers(0, 2, len(obs)), greedy)
+
+
+# --- (1) Gymnasium's CartPoleEnv, by state transplant -----------------------------------------
+
+
+@pytest.mark.parametrize(("steps", "limit", "options"), [
+    (2000, 500, {}),
+    (300, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
+])
+def test_cartpole_matches_gymnasium(steps: int, limit: int, options: dict) -> None:
+    n = 32
+    env = envfleet.make("CartPole-v1", n, backend="torch", seed=11, copy=False,
+                        max_episode_steps=limit, **options)
+    engine = env.engine
+    reference = CartPoleEnv(sutton_barto_reward=options.get("sutton_barto_reward", False))
+    reference.kinematics_integrator = options.get("kinematics_integrator", "euler")
+    reference.reset(seed=0)
+    rng = np.random.default_rng(5)
+    noise = np.where(np.arange(n) % 2 == 0, 0.01, 0.5)
+    obs, _ = env.reset()
+    compared = terminations = truncations = inexact = 0
+    worst = 0.0
+    for _ in range(steps):
+        actions = policy(host(obs), rng, noise)
+        before = np.stack([host(c) for c in engine.state], axis=1)  # (n, 4)
+        elapsed, pending = host(engine.rng[2]), host(engine.pending)
+        obs, rewards, terminated, truncated, _ = env.step(torch.from_numpy(actions))
+        after = np.stack([host(c) for c in engine.state], axis=1)
+        o, r, te, tr = host(obs), host(rewards), host(terminated), host(truncated)
+        for i in np.flatnonzero(~pending):  # pending envs were reset by this step
+            reference.state = before[i].copy()
+            reference.steps_beyond_terminated = None
+            ro, rr, rte, _, _ = reference.step(int(actions[i]))
+            expected = reference.state
+            worst = max(worst, float(np.max(np.abs(after[i] - expected)
+                                             / np.maximum(np.abs(expected), 1e-300))))
+            inexact += int(np.count_nonzero(after[i] != expected))
+            np.testing.assert_allclose(after[i], expected, rtol=1e-12, atol=0)
+            np.testing.assert_allclose(o[i], ro, rtol=1e-6, atol=1e-12)
+            assert (np.float32(rr), bool(rte)) == (r[i], te[i]), i
+            assert tr[i] == (elapsed[i] + 1 >= limit), i
+            compared += 1
+            terminations += int(te[i])
+            truncations += int(tr[i])
+    assert compared > 0.9 * steps * n
+    assert terminations > 5 and truncations > 5, (terminations, truncations)
+    print(f"\n[torch vs Gymnasium, {options or 'defaults'}] {compared} transitions, "
+          f"{inexact} float64 state values not bit-identical, max relative error {worst:.2e}")
+
+
+# --- (2) same seed, same trajectories as the numba backend --------------------------------------
+
+
+def assert_close_state(a: np.ndarray, b: np.ndarray) -> None:
+    """float64 state: equal up to the last bits of torch's vectorised sin/cos (SLEEF, <= 1 ulp
+    per call) accumulated over one short episode; everything discrete must be equal."""
+    np.testing.assert_allclose(a, b, rtol=1e-11, atol=1e-15)
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_cartpole_same_trajectories_as_numba(mode: str) -> None:
+    n, limit, steps = 32, 20, 300
+    kwargs = {"autoreset_mode": mode, "max_episode_steps": limit, "seed": 2024}
+    a = envfleet.make("CartPole-v1", n, backend="numba", **kwargs)
+    b = envfleet.make("CartPole-v1", n, backend="torch", **kwargs)
+    oa, _ = a.reset()
+    ob, _ = b.reset()
+    np.testing.assert_array_equal(oa, host(ob), strict=True)  # resets are bit-identical
+    rng = np.random.default_rng(9)
+    noise = np.where(np.arange(n) % 2 == 0, 0.05, 0.6)
+    ends = {"terminated": 0, "truncated": 0, "final_obs": 0}
+    for t in range(steps):
+        if t == 150:  # a reset without a seed: every env starts its next episode
+            oa, _ = a.reset()
+            ob, _ = b.reset()
+            np.testing.assert_array_equal(oa, host(ob), strict=True)
+        if t == 200 and mode != "Disabled":  # a masked reset in the middle of episodes
+            mask = np.arange(n) % 3 == 0
+            oa, _ = a.reset(options={"reset_mask": mask})
+            ob, _ = b.reset(options={"reset_mask": mask})
+        actions = policy(oa, rng, noise)
+        oa, ra, ta, tra, ia = a.step(actions)
+        ob, rb, tb, trb, ib = b.step(actions)
+        np.testing.assert_array_equal(ta, host(tb), strict=True)
+        np.testing.assert_array_equal(tra, host(trb), strict=True)
+        np.testing.assert_array_equal(ra, host(rb), strict=True)
+        np.testing.assert_allclose(oa, host(ob), rtol=1e-6, atol=1e-9)
+        assert_close_state(np.stack(a.state), np.stack([host(c) for c in b.state]))
+        for x, y in zip(a.engine.rng, b.engine.rng, strict=True):
+            np.testing.assert_array_equal(x.view(np.int64), host(y))
+        np.testing.assert_array_equal(a.engine.pending, host(b.engine.pending))
+        assert ia.keys() == ib.keys()
+        if ia:
+            np.testing.assert_array_equal(ia["_final_obs"], host(ib["_final_obs"]))
+            m = ia["_final_obs"]
+            np.testing.assert_allclose(ia["final_obs"][m], host(ib["final_obs"])[m],
+                                       rtol=1e-6, atol=1e-9)
+            ends["final_obs"] += int(m.sum())
+        ends["terminated"] += int(ta.sum())
+        ends["truncated"] += int(tra.sum())
+        if mode == "Disabled" and (ta | tra).any():
+            done = ta | tra
+            oa, _ = a.reset(options={"reset_mask": done})
+            ob, _ = b.reset(options={"reset_mask": done})
+            np.testing.assert_array_equal(oa[done], host(ob)[done], strict=True)
+    assert ends["terminated"] > 20 and ends["truncated"] > 20, ends
+    assert (ends["final_obs"] > 0) == (mode == "SameStep")
+
+
+# A toy family: Box actions, a 2-D state column and 2-D observations, randomness in the step.
+
+
+class DriftParams(NamedTuple):
+    gain: float
+    spread: float
+    limit: float
+
+
+def drift_params(gain: float = 0.3, spread: float = 0.5, limit: float = 1.0) -> DriftParams:
+    return DriftParams(float(gain), float(spread), float(limit))
+
+
+@kernel_function
+def _drift_obs(i, state, obs):
+    pos = state[0]
+    obs[i, 0] = np.float32(pos[i, 0])
+    obs[i, 1] = np.float32(pos[i, 1])
+    obs[i, 2] = np.float32(2.0 * pos[i, 0])
+    obs[i, 3] = np.float32(2.0 * pos[i, 1])
+
+
+@kernel_function
+def drift_reset_one(i, state, params, rng, obs):
+    pos = state[0]
+    pos[i, 0] = env_uniform(rng, i, 0, -params.spread, params.spread)
+    pos[i, 1] = env_uniform(rng, i, 1, -params.spread, params.spread)
+    _drift_obs(i, state, obs)
+
+
+@kernel_function
+def drift_step_one(i, state, params, actions, rng, obs, rewards, terminated):
+    pos = state[0]
+    pos[i, 0] = pos[i, 0] + (params.gain * actions[i, 0] + env_uniform(rng, i, 0, -0.1, 0.1))
+    pos[i, 1] = pos[i, 1] + (params.gain * actions[i, 1] + env_uniform(rng, i, 1, -0.1, 0.1))
+    terminated[i] = abs(pos[i, 0]) > params.limit
+    rewards[i] = pos[i, 0] + pos[i, 1]
+    _drift_obs(i, state, obs)
+
+
+def _drift_obs_torch(state, obs):
+    pos = state[0]
+    obs[:, 0:2] = pos
+    obs[:, 2:4] = 2.0 * pos
+
+
+def drift_reset_torch(mask, state, params, rng, obs):
+    pos = state[0]
+    for k in range(2):
+        fresh = env_uniform_torch(rng, k, -params.spread, params.spread)
+        pos[:, k] = torch.where(mask, fresh, pos[:, k])
+    _drift_obs_torch(state, obs)
+
+
+def drift_step_torch(state, params, actions, rng, obs, rewards, terminated):
+    pos = state[0]
+    for k in range(2):
+        pos[:, k] = pos[:, k] + (params.gain * actions[:, k] + env_uniform_torch(rng, k, -0.1, 0.1))
+    terminated.copy_(pos[:, 0].abs() > params.limit)
+    rewards.copy_(pos[:, 0] + pos[:, 1])
+    _drift_obs_torch(state, obs)
+
+
+DRIFT = NativeEnvSpec(
+    id="Drift-v0",
+    observation_space=spaces.Box(-np.inf, np.inf, (2, 2), dtype=np.float32),
+    action_space=spaces.Box(-1.0, 1.0, (2,), dtype=np.float32),
+    state={"pos": (np.float64, (2,))},
+    make_params=drift_params,
+    max_episode_steps=15,
+    reset_one=drift_reset_one,
+    step_one=drift_step_one,
+    reset_torch=drift_reset_torch,
+    step_torch=drift_step_torch,
+    reference_id="",
+    description="test-only: a noisy point pushed by a 2-D force",
+)
+MODE_CODES = {"NextStep": NEXT_STEP, "SameStep": SAME_STEP, "Disabled": DISABLED}
+
+
+def drift_engines(mode: str, n: int = 16) -> tuple[NumbaEngine, TorchEngine]:
+    args = (DRIFT, n, MODE_CODES[mode], drift_params(), DRIFT.max_episode_steps)
+    a, b = NumbaEngine(*args, num_threads=1), TorchEngine(*args)
+    seeds = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # high bits set
+    a.reset(None, seeds)
+    b.reset(None, seeds)
+    return a, b
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_generic_driver_matches_numba_bit_for_bit(mode: str) -> None:
+    """No transcendental functions in Drift: numba and torch must agree exactly, buffer for
+    buffer, whatever the autoreset mode."""
+    n = 16
+    a, b = drift_engines(mode, n)
+    assert_same_buffers(snapshot(a), snapshot(b))
+    rng = np.random.default_rng(1)
+    ended_total = 0
+    for _ in range(120):
+        actions = rng.uniform(-1, 1, (n, 2)) + 0.6  # drift right: episodes terminate
+        actions = np.clip(actions, -1, 1).astype(np.float32)
+        ended = a.step(actions)
+        assert b.step(actions) == ended
+        assert_same_buffers(snapshot(a), snapshot(b))
+        ended_total += ended
+        if mode == "Disabled" and ended:
+            mask = a.terminated | a.truncated
+            a.reset(mask, None)
+            b.reset(mask, None)
+            assert_same_buffers(snapshot(a), snapshot(b))
+    assert ended_total > 2 * n
+    assert b.obs.shape == (n, 2, 2) and b.final_obs.shape == (n, 2, 2)
+
+
+# --- (3) bad input: refused, named, and nothing moves -------------------------------------------
+
+
+def refused_message(engine, actions) -> str:
+    with pytest.raises(ValueError) as caught:
+        engine.step(actions)
+    return str(caught.value)
+
+
+def cartpole_engines(mode: int = NEXT_STEP, n: int = 8):
+    args = (CARTPOLE, n, mode, CARTPOLE.make_params(), 30)
+    a, b = NumbaEngine(*args, num_threads=1), TorchEngine(*args)
+    for engine in (a, b):
+        engine.reset(None, np.arange(n, dtype=np.uint64))
+    return a, b
+
+
+def bad_discrete_batches(n: int) -> list[tuple[object, str]]:
+    """(actions, what the message must say) for a batch of 8 CartPole envs."""
+    out_of_range = np.ones(n, dtype=np.int64)
+    out_of_range[5], out_of_range[6] = 2, -1
+    negative = np.zeros(n, dtype=np.int32)
+    negative[3] = -7
+    listed = [0] * n
+    listed[2] = 3
+    return [
+        (np.zeros(n + 1, dtype=np.int64), r"must have shape \(8,\)"),
+        (np.zeros((n, 1), dtype=np.int64), r"must have shape \(8,\).*got \(8, 1\)"),
+        (torch.zeros(n, 1, dtype=torch.int64), r"must have shape \(8,\).*got \(8, 1\)"),
+        (np.zeros(n, dtype=np.float32), "must be integers, got dtype float32"),
+        (torch.zeros(n), "must be integers, got dtype float32"),
+        (np.zeros(n, dtype=np.float64), "must be integers, got dtype float64"),
+        (np.ones(n, dtype=bool), "must be integers, got dtype bool"),
+        (out_of_range, r"invalid action for env 5: 2 is not in Discrete\(2\)"),
+        (torch.from_numpy(out_of_range).int(), r"invalid action for env 5: 2 "),
+        (torch.from_numpy(negative), r"invalid action for env 3: -7 "),
+        (listed, r"invalid action for env 2: 3 is not in Discrete\(2\) \(integers 0..1\)"),
+    ]
+
+
+@pytest.mark.parametrize("mode", [NEXT_STEP, SAME_STEP, DISABLED])
+def test_bad_discrete_actions_are_refused_and_change_nothing(mode: int) -> None:
+    n = 8
+    a, b = cartpole_engines(mode, n)
+    twin = cartpole_engines(mode, n)[1]
+    ones = np.ones(n, dtype=np.int64)
+    for t in range(40):  # NEXT_STEP: stop with envs pending, so the rollback covers resets
+        if t >= 12 and (mode != NEXT_STEP or a.pending.any()):
+            break
+        for engine in (a, b, twin):
+            engine.step(ones)
+        if mode == DISABLED and a.pending.any():
+            mask = a.pending.copy()
+            for engine in (a, b, twin):
+                engine.reset(mask, None)
+    assert a.pending.any() == (mode == NEXT_STEP)
+    for actions, expected in bad_discrete_batches(n):
+        before = snapshot(b)
+        message = refused_message(b, actions)
+        assert message == refused_message(a, actions)  # same words as the numba backend
+        assert re.search(expected, message), (message, expected)
+        assert_same_buffers(snapshot(b), before)
+    # the env keeps working, exactly as a twin that never saw the bad input
+    for _ in range(30):
+        b.step(ones)
+        twin.step(ones)
+        assert_same_buffers(snapshot(b), snapshot(twin))
+        if mode == DISABLED and b.pending.any():
+            mask = host(b.pending)
+            b.reset(mask, None)
+            twin.reset(mask, None)
+
+
+def test_disabled_refuses_a_finished_env_until_it_is_reset() -> None:
+    n = 6
+    a, b = cartpole_engines(DISABLED, n)
+    ones = np.ones(n, dtype=np.int64)
+    while not a.pending.any():
+        assert a.step(ones) == b.step(ones)
+    first = int(np.flatnonzero(a.pending)[0])
+    before = snapshot(b)
+    message = refused_message(b, ones)
+    assert f"env {first} has finished its episode" in message
+    assert message == refused_message(a, ones)
+    assert_same_buffers(snapshot(b), before)
+    bad = ones.copy()
+    bad[first] = 5  # a finished env with a bad action: the reset is what it needs
+    assert refused_message(b, bad) == refused_message(a, bad)
+    mask = host(b.pending)
+    a.reset(mask, None)
+    b.reset(mask, None)
+    assert a.step(ones) == b.step(ones)
+    assert not (host(b.terminated | b.truncated) & mask).any()
+
+
+@pytest.mark.parametrize("mode", ["SameStep"])
+def test_bad_box_actions_are_refused_and_change_nothing(mode: str) -> None:
+    n = 16
+    a, b = drift_engines(mode, n)
+    good = np.zeros((n, 2), dtype=np.float32)
+    nan = good.copy()
+    nan[3, 1] = np.nan
+    nan[9, 0] = np.inf
+    high = good.copy()
+    high[7, 0] = 1.5
+    high[11, 1] = -np.inf
+    cases = [
+        (np.zeros((n, 3)), r"must have shape \(16, 2\)"),
+        (torch.zeros(n, 2, dtype=torch.complex64), "must be numbers"),
+        (np.zeros((n, 2), dtype=bool), "must be numbers .* got dtype bool"),
+        (nan, r"invalid action for env 3: \[0.0, nan\] is not a finite value inside Box"),
+        (torch.from_numpy(high), r"invalid action for env 7: \[1.5, 0.0\]"),
+    ]
+    for actions, expected in cases:
+        before = snapshot(b)
+        message = refused_message(b, actions)
+        assert message == refused_message(a, actions)  # same words as the numba backend
+        assert re.search(expected, message), (message, expected)
+        assert_same_buffers(snapshot(b), before)
+    ints = np.ones((n, 2), dtype=np.int64)  # integers are valid Box actions
+    assert a.step(ints) == b.step(ints)
+    assert b.step(torch.ones(n, 2, dtype=torch.float16)) == a.step(ints)
+    assert_same_buffers(snapshot(a), snapshot(b))
+
+
+# --- (4) outputs: torch tensors, on the requested device, in buffers allocated once -------------
+
+
+@pytest.mark.parametrize("device", DEVICES)
+@pytest.mark.parametrize("mode", MODES)
+def test_outputs_are_tensors_on_the_device(device: str, mode: str) -> None:
+    n = 8
+    env = envfleet.make("CartPole-v1", n, backend="torch", device=device, seed=0,
+                        autoreset_mode=mode, copy=False, max_episode_steps=12)
+    engine = env.engine
+    expected = torch.empty(0, device=device).device
+    assert engine.device == expected
+    obs, info = env.reset()
+    assert obs is engine.obs and info == {}
+    buffers = {name: getattr(engine, name).data_ptr()
+               for name in ("obs", "rewards", "terminated", "truncated", "final_obs")}
+    batches = [np.ones(n, dtype=np.int64), torch.zeros(n, dtype=torch.int64),
+               torch.ones(n, dtype=torch.int32, device=device), [0, 1] * (n // 2)]
+    saw_final = False
+    for t in range(40):
+        obs, rewards, terminated, truncated, info = env.step(batches[t % len(batches)])
+        for x, dtype, shape in ((obs, torch.float32, (n, 4)), (rewards, torch.float32, (n,)),
+                                (terminated, torch.bool, (n,)), (truncated, torch.bool, (n,))):
+            assert isinstance(x, torch.Tensor) and x.device == expected
+            assert x.dtype == dtype and tuple(x.shape) == shape
+        for column in (*engine.state, *engine.rng, engine.pending):
+            assert column.device == expected
+        if info:
+            saw_final = True
+            assert info["final_obs"].device == expected and info["_final_obs"].dtype == torch.bool
+        if mode == "Disabled" and (terminated | truncated).any():
+            env.reset(options={"reset_mask": host(terminated | truncated)})
+    assert saw_final == (mode == "SameStep")
+    assert buffers == {name: getattr(engine, name).data_ptr() for name in buffers}
+    copied = envfleet.make("CartPole-v1", n, backend="torch", device=device, seed=0)
+    obs, _ = copied.reset()  # copy=True: a fresh tensor, on the same device
+    assert obs.device == expected and obs.data_ptr() != copied.engine.obs.data_ptr()
+    env.close()
+    env.close()
+
+
+def test_device_argument() -> None:
+    engine = TorchEngine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10,
+                         device=torch.device("cpu"))
+    assert engine.obs.device == torch.device("cpu")
+    assert TorchEngine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10).device.type == "cpu"
+    for bad in ("gpu", "cpu:x", 3.5, True, ["cpu"]):
+        with pytest.raises(ValueError, match="device"):
+            envfleet.make("CartPole-v1", 2, backend="torch", device=bad)
+    if not torch.cuda.is_available():
+        with pytest.raises(ValueError, match="not usable here"):
+            envfleet.make("CartPole-v1", 2, backend="torch", device="cuda")
+    else:
+        with pytest.raises(ValueError, match="not usable here"):
+            envfleet.make("CartPole-v1", 2, backend="torch", device="cuda:999")
+
+
+def test_through_gymnasium_make_vec() -> None:
+    env = gym.make_vec("envfleet/CartPole-v1", num_envs=4, vectorization_mode="vector_entry_point",
+                       backend="torch", device="cpu")
+    obs, _ = env.reset(seed=1)
+    assert isinstance(obs, torch.Tensor) and obs.shape == (4, 4)
+    obs, *_ = env.step(np.zeros(4, dtype=np.int64))
+    assert isinstance(obs, torch.Tensor)
+    env.close()
+
+
+# --- (5) the counter RNG's torch twin, bit for bit ----------------------------------------------
+
+
+@njit
+def _numba_draws(seeds, episodes, steps, k, low, high):
+    out = np.empty(seeds.size)
+    bits = np.empty(seeds.size, dtype=np.uint64)
+    rng = (seeds, episodes, steps)
+    for i in range(seeds.size):
+        out[i] = env_uniform(rng, i, k, low, high)
+        bits[i] = random_u64(seeds[i], episodes[i], np.uint64(steps[i]))
+    return out, bits
+
+
+def test_rng_torch_twin_is_bit_identical() -> None:
+    r = np.random.default_rng(0)
+    size = 20_000
+    edges = np.array([0, 1, 2**32 - 1, 2**32, 2**63 - 1, 2**63, 2**64 - 1], dtype=np.uint64)
+    seeds = r.integers(0, 2**64, size, dtype=np.uint64, endpoint=False)
+    episodes = r.integers(0, 2**64, size, dtype=np.uint64, endpoint=False)
+    episodes[: size // 2] %= np.uint64(1000)  # the common case: small episode counters
+    steps = r.integers(0, 2**47, size, dtype=np.int64)
+    steps[: size // 2] %= 600
+    seeds[: edges.size], episodes[-edges.size:] = edges, edges
+    rng_torch = tuple(torch.from_numpy(x.view(np.int64)) for x in (seeds, episodes, steps))
+    for k, low, high in ((0, -0.05, 0.05), (3, -0.05, 0.05), (65535, -1.0, 3.0),
+                         (17, 0.0, 1.0), (2, -math.pi, math.pi)):
+        expected, expected_bits = _numba_draws(seeds, episodes, steps, k, low, high)
+        got = env_uniform_torch(rng_torch, k, low, high)
+        assert got.dtype == torch.float64
+        np.testing.assert_array_equal(got.numpy().view(np.uint64), expected.view(np.uint64))
+        assert ((expected >= low) & (expected < high)).all()
+    bits = random_u64_torch(*rng_torch).numpy().view(np.uint64)
+    np.testing.assert_array_equal(bits, expected_bits)
+
+
+def test_per_env_params_move_to_the_device() -> None:
+    from envfleet.native.torch_backend import params_to_device
+
+    params = drift_params()._replace(gain=np.linspace(0.1, 0.4, 4))
+    moved = params_to_device(params, torch.device("cpu"))
+    assert isinstance(moved.gain, torch.Tensor) and moved.gain.dtype == torch.float64
+    assert moved.spread == params.spread and type(moved) is DriftParams
+
+
+def test_a_failing_kernel_leaves_no_half_made_step() -> None:
+    def exploding_step(state, params, actions, rng, obs, rewards, terminated):
+        CARTPOLE.step_torch(state, params, actions, rng, obs, rewards, terminated)
+        raise RuntimeError("boom")
+
+    import dataclasses
+
+    spec = dataclasses.replace(CARTPOLE, step_torch=exploding_step)
+    engine = TorchEngine(spec, 4, NEXT_STEP, spec.make_params(), 10)
+    engine.reset(None, np.arange(4, dtype=np.uint64))
+    before = snapshot(engine)
+    with pytest.raises(RuntimeError, match="boom"):
+        engine.step(np.ones(4, dtype=np.int64))
+    assert_same_buffers(snapshot(engine), before)
+    engine.close()
+    engine.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        engine.step(np.ones(4, dtype=np.int64))
+
+
+def test_wide_unsigned_state_columns_are_held_as_signed_bits() -> None:
+    import dataclasses
+
+    state = {"pos": (np.float64, (2,)), "bits": (np.uint64, ()), "small": (np.uint8, (3,)),
+             "half": (np.uint32, ())}
+    spec = dataclasses.replace(DRIFT, state=state)
+    engine = TorchEngine(spec, 3, SAME_STEP, drift_params(), 5)
+    dtypes = {name: column.dtype for name, column in engine.state._asdict().items()}
+    assert dtypes == {"pos": torch.float64, "bits": torch.int64, "small": torch.uint8,
+                      "half": torch.int32}
+    assert engine.state.small.shape == (3, 3)
