@@ -197,7 +197,7 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     )
     terminated.copy_(done)
     if p.sutton_barto_reward:
-        rewards.copy_(-done.to(rewards.dtype))
+        rewards.copy_(torch.where(done, -1.0, 0.0))
     else:
         rewards.fill_(1.0)
     _write_obs_torch(state, obs)

@@ -147,7 +147,7 @@ class NativeVectorEnv(VectorEnv):
             raise RuntimeError("call reset() before step()")
         ended = self.engine.step(actions)
         info: dict[str, Any] = {}
-        if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
+        if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
             mask = self.engine.ended_mask()
             info = {"final_obs": self._out(self.engine.final_obs), "_final_obs": mask,
                     "final_info": {}, "_final_info": mask}
