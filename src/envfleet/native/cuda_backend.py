@@ -1,0 +1,284 @@
+"""The ``cuda`` backend: the shared driver lifted into CUDA kernels, one thread per env.
+
+Every buffer lives in device memory, allocated once; users see it as torch tensors that share
+that memory (no copy). A step is two launches and one host sync: a validation kernel records
+the first env whose step must be refused (``cuda.atomic.min``), then the step kernel runs
+``begin``/``advance``/``finish`` for each env, counting ended episodes (``cuda.atomic.add``),
+unless the validation refused the step, in which case no env moves. The host then reads both
+results in one small copy and raises for a refused step.
+
+Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before Python starts) the same
+kernels run as Python threads over device arrays that wrap host memory; the engine then
+exposes CPU tensors over that memory. The kernels only ever receive device arrays.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import warnings
+from collections import namedtuple
+from collections.abc import Iterator
+from typing import Any
+
+import numpy as np
+import torch
+from numba import cuda
+
+from envfleet.native.driver import (
+    DISABLED,
+    action_format,
+    make_driver,
+    refused_step_error,
+)
+from envfleet.native.numba_backend import as_numpy_actions
+from envfleet.native.spec import NativeEnvSpec
+
+#: True when numba-cuda runs kernels in its simulator (no GPU involved).
+SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
+
+# The 3-int device counter a step uses: two ping-pong slots for the smallest refused env index
+# (``num_envs`` = none refused) and the count of ended episodes. Step k's validation fills slot
+# k % 2 and re-arms the other slot for step k + 1; nothing else is reset from the host.
+_ENDED = 2
+
+
+@functools.cache
+def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
+    """(validate, step, reset) CUDA kernels of ``spec`` for autoreset ``mode``.
+
+    Compiled lazily on first launch (per argument types), from the same scalar functions the
+    numba backend compiles. ``counters`` is the 3-int device array described above.
+    """
+    refuse, begin, advance, finish, drive_reset = make_driver(spec, mode)
+
+    @cuda.jit
+    def validate(n, actions, bounds, pending, counters, slot):
+        i = cuda.grid(1)
+        if i == 0:
+            counters[_ENDED] = 0
+            counters[1 - slot] = n  # arm the next step's slot (this step's was armed before)
+        if i < n and refuse(i, actions, bounds, pending):
+            cuda.atomic.min(counters, slot, i)
+
+    @cuda.jit
+    def step(n, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
+             truncated, final_obs, counters, slot):
+        i = cuda.grid(1)
+        if i >= n or counters[slot] < n:  # out of range, or the step was refused: move nothing
+            return
+        begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
+        if advance(i, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
+                   truncated):
+            cuda.atomic.add(counters, _ENDED, 1)
+        finish(i, state, params, rng, obs, terminated, truncated, final_obs)
+
+    @cuda.jit
+    def reset(n, mask, new_seeds, reseed, state, params, rng, pending, obs):
+        i = cuda.grid(1)
+        if i < n:
+            drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
+
+    return validate, step, reset
+
+
+@functools.cache
+def _state_class(spec: NativeEnvSpec) -> type:
+    """One NamedTuple class per family, so every engine's state has the same kernel type."""
+    return namedtuple(f"{spec.id.split('-')[0]}State", list(spec.state))
+
+
+def _zeros(shape: tuple[int, ...], dtype: Any) -> Any:
+    """A zero-filled device array (``device_array`` alone leaves memory uninitialised)."""
+    return cuda.to_device(np.zeros(shape, dtype=dtype))
+
+
+def as_tensor(array: Any) -> torch.Tensor:
+    """A torch tensor sharing ``array``'s memory (no copy).
+
+    On a GPU: a CUDA tensor over the device allocation, via ``__cuda_array_interface__``.
+    Under the CUDA simulator, "device" arrays are wrappers of host NumPy arrays (they expose
+    ``__array_interface__``, not ``__cuda_array_interface__``): share that host memory as a CPU
+    tensor, so writes on either side stay visible to the other, as on a GPU.
+    """
+    if SIMULATOR:
+        return torch.from_numpy(np.asarray(array))
+    return torch.as_tensor(array, device="cuda")
+
+
+_UNSIGNED = {torch.uint8, torch.uint16, torch.uint32, torch.uint64}
+
+
+def _tensor_dtype(dtype: torch.dtype) -> tuple[str, str]:
+    """(NumPy kind letter, NumPy-style name) of a torch dtype, for the action checks."""
+    if dtype == torch.bool:
+        kind = "b"
+    elif dtype.is_complex:
+        kind = "c"
+    elif dtype.is_floating_point:
+        kind = "f"
+    else:
+        kind = "u" if dtype in _UNSIGNED else "i"
+    return kind, str(dtype).removeprefix("torch.")
+
+
+def check_tensor_actions(actions: torch.Tensor, spec: NativeEnvSpec, num_envs: int) -> None:
+    """``numba_backend.as_numpy_actions``'s shape and dtype-kind rules (same wording) for a
+    torch tensor, checked where it lives (no transfer)."""
+    fmt = action_format(spec.action_space)
+    expected = (num_envs, *fmt.shape)
+    shape = tuple(actions.shape)
+    if shape != expected:
+        raise ValueError(
+            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
+            f"{fmt.shape}), got {shape}"
+        )
+    kind, name = _tensor_dtype(actions.dtype)
+    if kind not in ("iu" if fmt.integer else "iuf"):
+        what = "integers" if fmt.integer else "numbers (float or int)"
+        raise ValueError(f"actions for {spec.action_space} must be {what}, got dtype {name}")
+
+
+@contextlib.contextmanager
+def _quiet_simulator() -> Iterator[None]:
+    """Silence NumPy's overflow warnings from the RNG's wrapping uint64 arithmetic, which the
+    simulator runs as NumPy scalars (a GPU wraps silently, as the algorithm intends).
+
+    ``np.errstate`` is per thread (a context variable) and the simulator runs each CUDA thread
+    in its own Python thread, so a warnings filter does the work for the duration of a launch.
+    """
+    if not SIMULATOR:
+        yield
+        return
+    with np.errstate(over="ignore"), warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="overflow encountered",
+                                category=RuntimeWarning)
+        yield
+
+
+class CudaEngine:
+    """Structure-of-arrays buffers in device memory, stepped by CUDA kernels (one thread per
+    env, ``threads_per_block`` threads per block)."""
+
+    def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
+                 max_episode_steps: int, threads_per_block: int = 256) -> None:
+        if (isinstance(threads_per_block, bool) or not isinstance(threads_per_block, int)
+                or not 32 <= threads_per_block <= 1024 or threads_per_block % 32):
+            raise ValueError(
+                "threads_per_block must be a positive multiple of 32 (the warp size) and at "
+                f"most 1024, got {threads_per_block!r}"
+            )
+        self.spec, self.num_envs, self.mode = spec, num_envs, mode
+        self.params, self.max_episode_steps = params, max_episode_steps
+        self.threads_per_block = threads_per_block
+        self._grid = ((num_envs + threads_per_block - 1) // threads_per_block, threads_per_block)
+        self._validate, self._step, self._reset = compile_kernels(spec, mode)
+
+        fmt = action_format(spec.action_space)
+        # Lookup constants go in as arguments: arrays (Box bounds) as device arrays.
+        self._bounds = tuple(cuda.to_device(np.ascontiguousarray(b))
+                             if isinstance(b, np.ndarray) else b for b in fmt.bounds)
+        # Kernels take Discrete actions as (num_envs,), Box actions as rows (num_envs, size).
+        action_shape = (num_envs,) if fmt.integer else (num_envs, int(np.prod(fmt.shape)))
+        self._actions = _zeros(action_shape, fmt.dtype)
+        self._actions_tensor = as_tensor(self._actions)
+
+        State = _state_class(spec)
+        self._state = State(**{name: cuda.to_device(column)
+                               for name, column in spec.allocate_state(num_envs).items()})
+        obs_space = spec.observation_space
+        obs_shape = (num_envs, *obs_space.shape)
+        self._obs = _zeros(obs_shape, obs_space.dtype)
+        self._final_obs = _zeros(obs_shape, obs_space.dtype)
+        self._obs_rows = self._obs.reshape(num_envs, -1)  # kernels see obs as rows
+        self._final_obs_rows = self._final_obs.reshape(num_envs, -1)
+        self._rewards = _zeros(num_envs, np.float32)
+        self._terminated = _zeros(num_envs, np.bool_)
+        self._truncated = _zeros(num_envs, np.bool_)
+        self._pending = _zeros(num_envs, np.bool_)
+        self._rng = (_zeros(num_envs, np.uint64), _zeros(num_envs, np.uint64),
+                     _zeros(num_envs, np.int64))
+        self._all = cuda.to_device(np.ones(num_envs, dtype=np.bool_))
+        self._mask = _zeros(num_envs, np.bool_)
+        self._seeds = _zeros(num_envs, np.uint64)
+        self._counters = cuda.to_device(np.array([num_envs, num_envs, 0], dtype=np.int64))
+        self._counters_host = cuda.pinned_array(3, dtype=np.int64)
+        self._slot = 0
+
+        # The user-facing views: torch tensors over the same memory.
+        self.state = State(*(as_tensor(column) for column in self._state))
+        self.obs = as_tensor(self._obs)
+        self.final_obs = as_tensor(self._final_obs)
+        self.rewards = as_tensor(self._rewards)
+        self.terminated = as_tensor(self._terminated)
+        self.truncated = as_tensor(self._truncated)
+        self.pending = as_tensor(self._pending)
+
+    def compile(self) -> None:
+        """Compile the kernels now (first launch would do it) by running a 1-env copy."""
+        probe = CudaEngine(self.spec, 1, self.mode, self.params, self.max_episode_steps,
+                           self.threads_per_block)
+        fmt = action_format(self.spec.action_space)
+        if fmt.integer:
+            action = np.full(1, fmt.bounds[0], dtype=fmt.dtype)
+        else:
+            low, high = fmt.bounds
+            action = np.clip(np.zeros(low.shape), low, high).reshape(1, *fmt.shape)
+        probe.reset(None, np.zeros(1, np.uint64))
+        probe.step(action)
+        probe.close()
+
+    def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
+        if mask is None:
+            mask_dev = self._all
+        else:
+            self._mask.copy_to_device(np.ascontiguousarray(mask, dtype=np.bool_))
+            mask_dev = self._mask
+        if new_seeds is not None:
+            self._seeds.copy_to_device(np.ascontiguousarray(new_seeds, dtype=np.uint64))
+        with _quiet_simulator():
+            self._reset[self._grid](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
+                                    self._state, self.params, self._rng, self._pending,
+                                    self._obs_rows)
+
+    def _load_actions(self, actions: Any) -> None:
+        """Check the batch's shape and dtype kind, then copy it into the device action buffer."""
+        if isinstance(actions, torch.Tensor):
+            check_tensor_actions(actions, self.spec, self.num_envs)
+            # torch converts the dtype and moves CPU tensors to the device as it copies.
+            self._actions_tensor.copy_(actions.detach().reshape(self._actions_tensor.shape))
+        else:
+            self._actions.copy_to_device(as_numpy_actions(actions, self.spec, self.num_envs))
+
+    def step(self, actions: Any) -> int:
+        self._load_actions(actions)
+        n, slot = self.num_envs, self._slot
+        self._slot = 1 - slot
+        with _quiet_simulator():
+            self._validate[self._grid](n, self._actions, self._bounds, self._pending,
+                                       self._counters, slot)
+            self._step[self._grid](n, self._state, self.params, self._actions, self._rng,
+                                   self.max_episode_steps, self._pending, self._obs_rows,
+                                   self._rewards, self._terminated, self._truncated,
+                                   self._final_obs_rows, self._counters, slot)
+        counters = self._counters.copy_to_host(self._counters_host)  # the step's one sync
+        refused = int(counters[slot])
+        if refused < n:
+            needs_reset = self.mode == DISABLED and bool(self._pending[refused])
+            raise refused_step_error(self.spec, refused, self._actions.copy_to_host(),
+                                     needs_reset)
+        return int(counters[_ENDED])
+
+    def ended_mask(self) -> torch.Tensor:
+        return self.terminated | self.truncated
+
+    def copy(self, array: Any) -> Any:
+        return array.clone()
+
+    def close(self) -> None:
+        """Drop the engine's references to its device buffers (freed once the user-facing
+        tensors that share them are gone too)."""
+        for name in ("_actions", "_actions_tensor", "_bounds", "_state", "_obs", "_final_obs",
+                     "_obs_rows", "_final_obs_rows", "_rewards", "_terminated", "_truncated",
+                     "_pending", "_rng", "_all", "_mask", "_seeds", "_counters"):
+            setattr(self, name, None)
