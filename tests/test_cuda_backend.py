@@ -324,7 +324,4 @@ def test_kernels_type_and_lower_for_a_real_gpu():
                           text=True, timeout=300)
     if done.returncode == 3:
         pytest.skip("numba-cuda internals changed (dispatcher.get_current_device)")
-    if done.returncode and "rshift(omitted(default=Undefined)" in done.stderr:
-        pytest.xfail("known: jit.kernel_function (numba.extending.register_jitable with "
-                     "inline='always') fails typing on numba-cuda's CUDA target (rng.mix64)")
     assert done.returncode == 0, done.stderr[-4000:]

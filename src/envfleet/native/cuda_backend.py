@@ -30,6 +30,7 @@ from envfleet.native.driver import (
     action_format,
     make_driver,
     refused_step_error,
+    valid_actions,
 )
 from envfleet.native.numba_backend import as_numpy_actions
 from envfleet.native.spec import NativeEnvSpec
@@ -218,50 +219,61 @@ class CudaEngine:
         """Compile the kernels now (first launch would do it) by running a 1-env copy."""
         probe = CudaEngine(self.spec, 1, self.mode, self.params, self.max_episode_steps,
                            self.threads_per_block)
-        fmt = action_format(self.spec.action_space)
-        if fmt.integer:
-            action = np.full(1, fmt.bounds[0], dtype=fmt.dtype)
-        else:
-            low, high = fmt.bounds
-            action = np.clip(np.zeros(low.shape), low, high).reshape(1, *fmt.shape)
         probe.reset(None, np.zeros(1, np.uint64))
-        probe.step(action)
+        probe.step(valid_actions(self.spec.action_space, 1))
         probe.close()
 
+    def _launch(self) -> tuple:
+        """Launch configuration on torch's current stream, so kernels and the torch copies of
+        actions and outputs are ordered even inside a user's ``torch.cuda.stream(...)``."""
+        if SIMULATOR:
+            return self._grid
+        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        return (*self._grid, stream)
+
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
+        launch = self._launch()
+        stream = launch[2] if len(launch) > 2 else 0
         if mask is None:
             mask_dev = self._all
         else:
-            self._mask.copy_to_device(np.ascontiguousarray(mask, dtype=np.bool_))
+            self._mask.copy_to_device(np.ascontiguousarray(mask, dtype=np.bool_), stream=stream)
             mask_dev = self._mask
         if new_seeds is not None:
-            self._seeds.copy_to_device(np.ascontiguousarray(new_seeds, dtype=np.uint64))
+            self._seeds.copy_to_device(np.ascontiguousarray(new_seeds, dtype=np.uint64),
+                                       stream=stream)
         with _quiet_simulator():
-            self._reset[self._grid](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
+            self._reset[launch](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
                                     self._state, self.params, self._rng, self._pending,
                                     self._obs_rows)
 
-    def _load_actions(self, actions: Any) -> None:
+    def _load_actions(self, actions: Any, stream: Any) -> None:
         """Check the batch's shape and dtype kind, then copy it into the device action buffer."""
         if isinstance(actions, torch.Tensor):
             check_tensor_actions(actions, self.spec, self.num_envs)
             # torch converts the dtype and moves CPU tensors to the device as it copies.
             self._actions_tensor.copy_(actions.detach().reshape(self._actions_tensor.shape))
         else:
-            self._actions.copy_to_device(as_numpy_actions(actions, self.spec, self.num_envs))
+            self._actions.copy_to_device(as_numpy_actions(actions, self.spec, self.num_envs),
+                                         stream=stream)
 
     def step(self, actions: Any) -> int:
-        self._load_actions(actions)
+        launch = self._launch()
+        stream = launch[2] if len(launch) > 2 else 0
+        self._load_actions(actions, stream)
         n, slot = self.num_envs, self._slot
         self._slot = 1 - slot
         with _quiet_simulator():
-            self._validate[self._grid](n, self._actions, self._bounds, self._pending,
+            self._validate[launch](n, self._actions, self._bounds, self._pending,
                                        self._counters, slot)
-            self._step[self._grid](n, self._state, self.params, self._actions, self._rng,
+            self._step[launch](n, self._state, self.params, self._actions, self._rng,
                                    self.max_episode_steps, self._pending, self._obs_rows,
                                    self._rewards, self._terminated, self._truncated,
                                    self._final_obs_rows, self._counters, slot)
-        counters = self._counters.copy_to_host(self._counters_host)  # the step's one sync
+        # the step's one sync
+        counters = self._counters.copy_to_host(self._counters_host, stream=stream)
+        if stream:
+            stream.synchronize()
         refused = int(counters[slot])
         if refused < n:
             needs_reset = self.mode == DISABLED and bool(self._pending[refused])

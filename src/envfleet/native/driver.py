@@ -66,6 +66,16 @@ def action_format(space: spaces.Space) -> ActionFormat:
     raise NotImplementedError(f"native envs support Discrete and Box actions, not {space}")
 
 
+def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
+    """A batch of valid actions (the lowest one per env), e.g. to compile kernels ahead."""
+    fmt = action_format(space)
+    if fmt.integer:
+        return np.full(num_envs, fmt.bounds[0], dtype=fmt.dtype)
+    low, high = fmt.bounds
+    row = np.clip(np.zeros(low.shape), low, high).reshape(fmt.shape)
+    return np.broadcast_to(row, (num_envs, *fmt.shape)).astype(fmt.dtype)
+
+
 def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
     """The error message for env ``index``'s invalid action ``value``."""
     if isinstance(space, spaces.Discrete):

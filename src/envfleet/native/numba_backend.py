@@ -22,6 +22,7 @@ from envfleet.native.driver import (
     action_format,
     make_driver,
     refused_step_error,
+    valid_actions,
 )
 from envfleet.native.spec import NativeEnvSpec
 
@@ -169,8 +170,7 @@ class NumbaEngine:
         probe = NumbaEngine(self.spec, 1, self.mode, self.params, self.max_episode_steps, 1)
         probe._step, probe._reset = self._step, self._reset
         probe.reset(None, np.zeros(1, np.uint64))
-        probe.step(np.zeros((1, *action_format(self.spec.action_space).shape),
-                            action_format(self.spec.action_space).dtype))
+        probe.step(valid_actions(self.spec.action_space, 1))
 
     def _threads(self) -> None:
         if self._parallel:
