@@ -245,8 +245,9 @@ def rich_tables(results: Results, title: str) -> tuple[Table, Table]:
 
 
 def _md_table(header: list[str], body: list[list[str]]) -> str:
+    # first column (num_envs or series) left, numbers right
     lines = ["| " + " | ".join(header) + " |",
-             "|" + "|".join(["---:"] * len(header)) + "|"]
+             "|" + "|".join([":---"] + ["---:"] * (len(header) - 1)) + "|"]
     lines += ["| " + " | ".join(row) + " |" for row in body]
     return "\n".join(lines)
 
