@@ -133,18 +133,21 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     x_dot_[i] = x_dot
     theta_[i] = theta
     theta_dot_[i] = theta_dot
+    obs[i, 0] = np.float32(x)
+    obs[i, 1] = np.float32(x_dot)
+    obs[i, 2] = np.float32(theta)
+    obs[i, 3] = np.float32(theta_dot)
     done = (
-        x < -p.x_threshold
-        or x > p.x_threshold
-        or theta < -p.theta_threshold_radians
-        or theta > p.theta_threshold_radians
+        (x < -p.x_threshold)
+        | (x > p.x_threshold)
+        | (theta < -p.theta_threshold_radians)
+        | (theta > p.theta_threshold_radians)
     )
     terminated[i] = done
     if p.sutton_barto_reward:
         rewards[i] = -1.0 if done else 0.0
     else:
         rewards[i] = 1.0
-    _write_obs(i, state, obs)
 
 
 # --- torch: the same dynamics over the whole batch ------------------------------------------
