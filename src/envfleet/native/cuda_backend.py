@@ -28,6 +28,7 @@ from numba import cuda
 from envfleet.native.driver import (
     DISABLED,
     action_format,
+    check_action_batch,
     make_driver,
     refused_step_error,
     valid_actions,
@@ -105,39 +106,6 @@ def as_tensor(array: Any) -> torch.Tensor:
     if SIMULATOR:
         return torch.from_numpy(np.asarray(array))
     return torch.as_tensor(array, device="cuda")
-
-
-_UNSIGNED = {torch.uint8, torch.uint16, torch.uint32, torch.uint64}
-
-
-def _tensor_dtype(dtype: torch.dtype) -> tuple[str, str]:
-    """(NumPy kind letter, NumPy-style name) of a torch dtype, for the action checks."""
-    if dtype == torch.bool:
-        kind = "b"
-    elif dtype.is_complex:
-        kind = "c"
-    elif dtype.is_floating_point:
-        kind = "f"
-    else:
-        kind = "u" if dtype in _UNSIGNED else "i"
-    return kind, str(dtype).removeprefix("torch.")
-
-
-def check_tensor_actions(actions: torch.Tensor, spec: NativeEnvSpec, num_envs: int) -> None:
-    """``numba_backend.as_numpy_actions``'s shape and dtype-kind rules (same wording) for a
-    torch tensor, checked where it lives (no transfer)."""
-    fmt = action_format(spec.action_space)
-    expected = (num_envs, *fmt.shape)
-    shape = tuple(actions.shape)
-    if shape != expected:
-        raise ValueError(
-            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
-            f"{fmt.shape}), got {shape}"
-        )
-    kind, name = _tensor_dtype(actions.dtype)
-    if kind not in ("iu" if fmt.integer else "iuf"):
-        what = "integers" if fmt.integer else "numbers (float or int)"
-        raise ValueError(f"actions for {spec.action_space} must be {what}, got dtype {name}")
 
 
 @contextlib.contextmanager
@@ -250,7 +218,7 @@ class CudaEngine:
     def _load_actions(self, actions: Any, stream: Any) -> None:
         """Check the batch's shape and dtype kind, then copy it into the device action buffer."""
         if isinstance(actions, torch.Tensor):
-            check_tensor_actions(actions, self.spec, self.num_envs)
+            check_action_batch(actions, self.spec.action_space, self.num_envs)
             # torch converts the dtype and moves CPU tensors to the device as it copies.
             self._actions_tensor.copy_(actions.detach().reshape(self._actions_tensor.shape))
         else:

@@ -66,6 +66,37 @@ def action_format(space: spaces.Space) -> ActionFormat:
     raise NotImplementedError(f"native envs support Discrete and Box actions, not {space}")
 
 
+def dtype_kind(dtype: Any) -> tuple[str, str]:
+    """(NumPy kind letter, NumPy-style name) of a NumPy dtype or a torch dtype."""
+    if isinstance(dtype, np.dtype):
+        return dtype.kind, str(dtype)
+    name = str(dtype).removeprefix("torch.")  # a torch dtype
+    if name == "bool":
+        return "b", name
+    if dtype.is_complex:
+        return "c", name
+    if dtype.is_floating_point:
+        return "f", name
+    return ("u" if name.startswith("uint") else "i"), name
+
+
+def check_action_batch(actions: Any, space: spaces.Space, num_envs: int) -> ActionFormat:
+    """Refuse a batch (NumPy array or torch tensor) of the wrong shape or dtype kind."""
+    fmt = action_format(space)
+    expected = (num_envs, *fmt.shape)
+    shape = tuple(actions.shape)
+    if shape != expected:
+        raise ValueError(
+            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
+            f"{fmt.shape}), got {shape}"
+        )
+    kind, name = dtype_kind(actions.dtype)
+    if kind not in ("iu" if fmt.integer else "iuf"):
+        what = "integers" if fmt.integer else "numbers (float or int)"
+        raise ValueError(f"actions for {space} must be {what}, got dtype {name}")
+    return fmt
+
+
 def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
     """A batch of valid actions (the lowest one per env), e.g. to compile kernels ahead."""
     fmt = action_format(space)

@@ -20,6 +20,7 @@ from envfleet.native.driver import (
     NEXT_STEP,
     SAME_STEP,
     action_format,
+    check_action_batch,
     make_driver,
     refused_step_error,
     valid_actions,
@@ -110,20 +111,10 @@ def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
 
 def as_numpy_actions(actions: Any, spec: NativeEnvSpec, num_envs: int) -> np.ndarray:
     """Check a batch of actions' shape and dtype kind; return it as the kernels' array."""
-    fmt = action_format(spec.action_space)
     if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # torch tensor
         actions = actions.detach().cpu().numpy()
     a = np.asarray(actions)
-    expected = (num_envs, *fmt.shape)
-    if a.shape != expected:
-        raise ValueError(
-            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
-            f"{fmt.shape}), got {a.shape}"
-        )
-    kinds = "iu" if fmt.integer else "iuf"
-    if a.dtype.kind not in kinds:
-        what = "integers" if fmt.integer else "numbers (float or int)"
-        raise ValueError(f"actions for {spec.action_space} must be {what}, got dtype {a.dtype}")
+    fmt = check_action_batch(a, spec.action_space, num_envs)
     a = np.ascontiguousarray(a, dtype=fmt.dtype)
     if not a.flags.writeable:  # keep one compiled signature
         a = a.copy()

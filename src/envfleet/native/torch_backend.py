@@ -30,6 +30,7 @@ from envfleet.native.driver import (
     NEXT_STEP,
     SAME_STEP,
     action_format,
+    check_action_batch,
     refused_step_error,
 )
 from envfleet.native.spec import NativeEnvSpec
@@ -84,11 +85,6 @@ def params_to_device(params: tuple, device: torch.device) -> tuple:
               for name, value in zip(params._fields, params, strict=True)
               if isinstance(value, np.ndarray)}
     return params._replace(**arrays) if arrays else params
-
-
-def action_dtype_name(dtype: Any) -> str:
-    """A dtype's name as NumPy spells it ("float32", not "torch.float32")."""
-    return str(dtype).removeprefix("torch.")
 
 
 class TorchEngine:
@@ -284,26 +280,9 @@ class TorchEngine:
 
     def _device_actions(self, actions: Any) -> torch.Tensor:
         """Check shape and dtype kind (as ``numba_backend.as_numpy_actions``); move to device."""
-        fmt, n = self._format, self.num_envs
-        if isinstance(actions, torch.Tensor):
-            a = actions.detach()
-            dtype = a.dtype
-            integer = not (dtype.is_floating_point or dtype.is_complex or dtype == torch.bool)
-            floating = dtype.is_floating_point
-        else:
-            a = np.asarray(actions)
-            dtype = a.dtype
-            integer, floating = dtype.kind in "iu", dtype.kind == "f"
-        expected = (n, *fmt.shape)
-        if tuple(a.shape) != expected:
-            raise ValueError(
-                f"actions must have shape {expected} (num_envs={n}, action shape "
-                f"{fmt.shape}), got {tuple(a.shape)}"
-            )
-        if not (integer or (floating and not fmt.integer)):
-            what = "integers" if fmt.integer else "numbers (float or int)"
-            raise ValueError(f"actions for {self.spec.action_space} must be {what}, "
-                             f"got dtype {action_dtype_name(dtype)}")
+        n = self.num_envs
+        a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
+        fmt = check_action_batch(a, self.spec.action_space, n)
         if isinstance(a, np.ndarray):
             a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
         a = a.to(self.device, self._action_dtype)
