@@ -293,7 +293,7 @@ _LOWER_FOR_GPU = textwrap.dedent("""
     from numba.cuda.typing.typeof import typeof
     from envfleet.native import cartpole, cuda_backend, driver
     spec, n = cartpole.SPEC, 4
-    state = cuda_backend._state_class(spec)(**spec.allocate_state(n))
+    state = spec.state_type(**spec.allocate_state(n))
     params = spec.make_params()
     rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
     obs, flags = np.zeros((n, 4), np.float32), np.zeros(n, np.bool_)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import warnings
-from collections import namedtuple
 from collections.abc import Iterator
 from typing import Any
 
@@ -84,12 +83,6 @@ def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
     return validate, step, reset
 
 
-@functools.cache
-def _state_class(spec: NativeEnvSpec) -> type:
-    """One NamedTuple class per family, so every engine's state has the same kernel type."""
-    return namedtuple(f"{spec.id.split('-')[0]}State", list(spec.state))
-
-
 def _zeros(shape: tuple[int, ...], dtype: Any) -> Any:
     """A zero-filled device array (``device_array`` alone leaves memory uninitialised)."""
     return cuda.to_device(np.zeros(shape, dtype=dtype))
@@ -152,7 +145,7 @@ class CudaEngine:
         self._actions = _zeros(action_shape, fmt.dtype)
         self._actions_tensor = as_tensor(self._actions)
 
-        State = _state_class(spec)
+        State = spec.state_type
         self._state = State(**{name: cuda.to_device(column)
                                for name, column in spec.allocate_state(num_envs).items()})
         obs_space = spec.observation_space

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import functools
 import os
-from collections import namedtuple
 from typing import Any
 
 import numba
@@ -136,7 +135,7 @@ class NumbaEngine:
         self.params, self.max_episode_steps = params, max_episode_steps
         self.num_threads = num_threads
         self.bounds = action_format(spec.action_space).bounds
-        State = namedtuple(f"{spec.id.split('-')[0]}State", list(spec.state))
+        State = spec.state_type
         self.state = State(**spec.allocate_state(num_envs))
         obs_space = spec.observation_space
         self.obs = np.zeros((num_envs, *obs_space.shape), dtype=obs_space.dtype)

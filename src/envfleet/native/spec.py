@@ -6,6 +6,8 @@ lift its scalar kernels; nothing else about the family is special-cased anywhere
 
 from __future__ import annotations
 
+import functools
+from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -41,6 +43,12 @@ class NativeEnvSpec:
     reference_id: str
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+
+    @functools.cached_property
+    def state_type(self) -> type:
+        """The NamedTuple class of the per-env state arrays, one per family: numba types a
+        NamedTuple by its class, so a class per env would recompile every kernel per env."""
+        return namedtuple(f"{self.id.split('-')[0]}State", list(self.state))
 
     def allocate_state(self, num_envs: int) -> dict[str, np.ndarray]:
         """Zeroed NumPy arrays for every state column."""

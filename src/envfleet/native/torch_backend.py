@@ -19,7 +19,6 @@ batch of counter-based random draws) out of steps where no env needs it.
 
 from __future__ import annotations
 
-from collections import namedtuple
 from typing import Any
 
 import numpy as np
@@ -138,7 +137,7 @@ class TorchEngine:
         # threshold for splitting a copy across threads.
         self._arena = arena.view(torch.int64)
         self._backup = torch.empty_like(self._arena)
-        State = namedtuple(f"{spec.id.split('-')[0]}State", list(spec.state))
+        State = spec.state_type
         self.state = State(*(views[f"state.{name}"] for name in spec.state))
         self.obs = views["obs"]
         self.rewards = views["rewards"]
