@@ -139,6 +139,13 @@ def test_reset_mask_resets_only_masked_envs() -> None:
     assert not np.array_equal(obs2[mask], obs0[mask])  # a new episode, new draw
     env.reset(seed=0, options={"reset_mask": np.ones(4, bool)})
     np.testing.assert_array_equal(env.step(np.zeros(4, dtype=np.int64))[0], obs1)
+    # masks that are views (strided, read-only) work as well
+    strided = np.array([True, False] * 4)[::2]
+    readonly = np.ones(4, dtype=bool)
+    readonly.flags.writeable = False
+    env.reset(options={"reset_mask": strided})
+    env.reset(seed=0, options={"reset_mask": readonly})
+    np.testing.assert_array_equal(env.step(np.zeros(4, dtype=np.int64))[0], obs1)
 
 
 def test_wrappers_see_episodes() -> None:
