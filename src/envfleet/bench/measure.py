@@ -1,9 +1,9 @@
 """Measuring one point (a backend or baseline at one num_envs and thread count).
 
 Every point runs in its own fresh process (``python -m envfleet.bench.measure SPEC_JSON``):
-numba's thread pool skews timings 2-4x when serial and parallel kernels or different thread
-counts share a process, and a fresh process also gives each point a clean heap and a timeout
-that cannot hang the run. The worker prints one result line (``RESULT_TAG`` + JSON).
+each point gets a clean heap, its own JIT compile (reported apart), its own thread pool, and a
+timeout that cannot hang the run; one point cannot skew the next. The worker prints one
+result line (``RESULT_TAG`` + JSON).
 
 Per point: build the envs (``construct_s``), then time the first reset + first step apart
 (``warmup_s``: JIT compilation, thread-pool start, first touch of the buffers), then a short

@@ -27,7 +27,7 @@ from envfleet.native.driver import (
 )
 from envfleet.native.spec import NativeEnvSpec
 
-PARALLEL_MIN_ENVS = 2048
+PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
 CHUNKS_PER_THREAD = 4
 # The per-env loops allocate nothing, so they compile without the runtime's reference counting
 # (with it, every array unpacked per env costs atomic increments: ~10x slower).
