@@ -12,6 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
+from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec
@@ -176,8 +177,8 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     p = params
     x, x_dot, theta, theta_dot = state
     force = torch.where(actions == 1, p.force_mag, -p.force_mag)
-    costheta = torch.cos(theta)
-    sintheta = torch.sin(theta)
+    costheta = tensor_math.cos(theta)
+    sintheta = tensor_math.sin(theta)
     temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
     thetaacc = (p.gravity * sintheta - costheta * temp) / (
         p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass)
