@@ -57,8 +57,9 @@ def test_reset_draws_within_gymnasium_bounds() -> None:
 
 
 def test_envs_share_compiled_kernels() -> None:
-    """A second env must not recompile: numba types the state NamedTuple by its class, and
-    two classes once meant two compiles per kernel (and a 3-4x slower parallel step)."""
+    """A second env with the same params must not recompile: numba types the state NamedTuple
+    by its class, and two classes once meant two compiles per kernel (and a 3-4x slower
+    parallel step)."""
     from envfleet.native.driver import NEXT_STEP
     from envfleet.native.numba_backend import compile_kernels
 
@@ -66,6 +67,6 @@ def test_envs_share_compiled_kernels() -> None:
         env = envfleet.make("CartPole-v1", 3, num_threads=1)
         env.reset(seed=0)
         env.step(np.zeros(3, dtype=np.int64))
-    step_serial, _, reset = compile_kernels(cartpole.SPEC, NEXT_STEP)
+    step_serial, _, reset = compile_kernels(cartpole.SPEC, NEXT_STEP, cartpole.make_params())
     assert len(step_serial.signatures) == 1
     assert len(reset.signatures) == 1
