@@ -104,6 +104,7 @@ def test_modes_agree(backend: str) -> None:
         done = term | trunc
         if done.any():
             assert info["_final_obs"].tolist() == done.tolist()
+            assert not info["final_obs"][~done].any()  # rows of envs that did not end: zero
             assert info["_final_info"].tolist() == done.tolist()
             assert info["final_info"] == {}
         else:

@@ -196,10 +196,15 @@ def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
 
     @kernel_function
     def finish(i, state, params, rng, obs, terminated, truncated, final_obs):
-        if mode == SAME_STEP and (terminated[i] or truncated[i]):
-            for k in range(obs.shape[1]):
-                final_obs[i, k] = obs[i, k]
-            new_episode(i, state, params, rng, obs)
+        # final_obs rows of envs that did not end are zero (as Gymnasium's tests expect)
+        if mode == SAME_STEP:
+            if terminated[i] or truncated[i]:
+                for k in range(obs.shape[1]):
+                    final_obs[i, k] = obs[i, k]
+                new_episode(i, state, params, rng, obs)
+            else:
+                for k in range(obs.shape[1]):
+                    final_obs[i, k] = 0
 
     @kernel_function
     def reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs):

@@ -270,7 +270,7 @@ class TorchEngine:
         _, episodes, steps = self.rng
         done = self._done
         rows = self._final_obs_rows
-        rows.copy_(torch.where(done.view(-1, 1), self._obs_rows, rows))
+        rows.copy_(torch.where(done.view(-1, 1), self._obs_rows, 0))  # zero where not done
         episodes.add_(done)
         steps.masked_fill_(done, 0)
         self.spec.reset_torch(done, self.state, self.params, self.rng, self._obs_rows)
