@@ -1,7 +1,8 @@
 """``make``: one entry point from an env id and a backend to a Gymnasium ``VectorEnv``.
 
 ``env`` says what, ``backend`` says how. Native families are listed in ``NATIVE_ENVS``; each is
-also registered with Gymnasium as ``envfleet/<id>`` with a ``vector_entry_point``.
+also registered with Gymnasium as ``envfleet/<id>`` with a ``vector_entry_point``. Any other
+Gymnasium id, a factory or a list of factories runs on an executor (``EXECUTOR_BACKENDS``).
 """
 
 from __future__ import annotations
@@ -11,6 +12,7 @@ import functools
 import importlib
 import importlib.util
 import os
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
@@ -19,7 +21,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from envfleet.native import cartpole
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.spec import NativeEnvSpec
-from envfleet.native.vector_env import NativeVectorEnv, parse_autoreset_mode
+from envfleet.native.vector_env import NativeVectorEnv, check_seed, parse_autoreset_mode
 
 NATIVE_ENVS: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC,)}
 
@@ -29,6 +31,15 @@ NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "cuda": ("envfleet.native.cuda_backend:CudaEngine", ("threads_per_block",)),
     "torch": ("envfleet.native.torch_backend:TorchEngine", ("device",)),
 }
+#: backend -> (executor class path, keyword options the backend takes)
+EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
+    "serial": ("envfleet.executors.serial:SerialVectorEnv", ()),
+    "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
+                   ("step_timeout", "start_method")),
+    "pool": ("envfleet.executors.pool:PoolVectorEnv",
+             ("num_workers", "step_timeout", "start_method")),
+}
+ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"
 
 
@@ -42,7 +53,7 @@ class BackendUnavailableError(RuntimeError):
 
 def backend_status(backend: str) -> str | None:
     """None when ``backend`` can run here, else the reason it cannot."""
-    if backend == "numba":
+    if backend == "numba" or backend in EXECUTOR_BACKENDS:
         return None
     if backend == "torch":
         return None if _has("torch") else "needs torch: pip install 'envfleet[torch]'"
@@ -54,7 +65,7 @@ def backend_status(backend: str) -> str | None:
         from numba import cuda
 
         return None if cuda.is_available() else "no CUDA GPU is visible to numba-cuda"
-    raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(NATIVE_BACKENDS)}")
+    raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(ALL_BACKENDS[1:])}")
 
 
 def _has(module: str) -> bool:
@@ -72,19 +83,57 @@ def list_envs() -> dict[str, list[str]]:
     return {env_id: list(backends) for env_id in NATIVE_ENVS}
 
 
-def _native_spec(env_id: str) -> NativeEnvSpec:
+def _native_name(env_id: str) -> str | None:
+    """The native family of ``env_id`` (``CartPole-v1`` or ``envfleet/CartPole-v1``), or None."""
     name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
-    if name in NATIVE_ENVS:
-        return NATIVE_ENVS[name]
-    close = difflib.get_close_matches(name, list(NATIVE_ENVS), n=3, cutoff=0.4)
+    return name if name in NATIVE_ENVS else None
+
+
+def _native_spec(env_id: str) -> NativeEnvSpec:
+    """The native family of ``env_id``, or an UnknownEnvError naming the closest ids."""
+    name = _native_name(env_id)
+    if name is None:
+        raise _unknown_env(env_id)
+    return NATIVE_ENVS[name]
+
+
+def _unknown_env(env_id: str) -> UnknownEnvError:
+    """The error for an id neither envfleet nor Gymnasium knows, naming the closest ids."""
+    name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
+    native = difflib.get_close_matches(name, list(NATIVE_ENVS), n=3, cutoff=0.4)
+    gym_ids = [i for i in gymnasium.registry if not i.startswith(f"{GYM_NAMESPACE}/")]
+    others = [i for i in difflib.get_close_matches(env_id, gym_ids, n=3, cutoff=0.6)
+              if i not in native]
+    close = native + others
     hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
-    raise UnknownEnvError(
-        f"unknown env id {env_id!r}{hint} Known ids: {', '.join(NATIVE_ENVS)}"
+    return UnknownEnvError(
+        f"unknown env id {env_id!r}{hint} Native ids: {', '.join(NATIVE_ENVS)}; executors "
+        f"(backend serial, subprocess or pool) run any id registered with Gymnasium"
     )
 
 
+def _gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
+    """Gymnasium's spec for ``env_id`` (``module:Id`` imports ``module`` first)."""
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        try:
+            importlib.import_module(module)
+        except ImportError as error:
+            raise UnknownEnvError(f"cannot import {module!r} for env id {env_id!r}: "
+                                  f"{error}") from None
+    try:
+        return gymnasium.spec(env_id)
+    except gymnasium.error.Error:
+        raise _unknown_env(env_id) from None
+
+
+def _check_num_envs(num_envs: Any) -> None:
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+
+
 def make(
-    env: str,
+    env: str | Callable[[], gymnasium.Env] | Sequence[Callable[[], gymnasium.Env]],
     num_envs: int,
     backend: str = "auto",
     *,
@@ -96,35 +145,58 @@ def make(
 ) -> VectorEnv:
     """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` copies of ``env`` on ``backend``.
 
-    ``backend="auto"`` picks ``numba`` for native envs. Backend options (``num_threads`` for
-    numba, ``threads_per_block`` for cuda, ``device`` for torch) and the env's own parameters
-    (e.g. ``sutton_barto_reward``) go in ``env_kwargs``. ``copy=False`` returns the engine's own
-    buffers (zero-copy, overwritten by the next step), like Gymnasium's ``copy=False``.
+    ``env`` is an env id, a factory (called ``num_envs`` times) or a list of ``num_envs``
+    factories. Native ids (``list_envs()``) run on the native backends (``numba``, ``cuda``,
+    ``torch``); any Gymnasium id, and any factory, runs on an executor (``serial``,
+    ``subprocess``, ``pool``). ``backend="auto"`` picks ``numba`` for native ids, ``pool``
+    otherwise.
+
+    Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
+    (cuda), ``device`` (torch), ``num_workers`` (pool), ``step_timeout`` and ``start_method``
+    (subprocess, pool). The rest are the env's own parameters: for native envs their params
+    (e.g. ``sutton_barto_reward``), for Gymnasium ids ``gymnasium.make``'s keyword arguments.
+    ``copy=False`` returns the backend's own buffers (zero-copy, overwritten by the next step),
+    like Gymnasium's ``copy=False``.
     """
-    if not isinstance(env, str):
-        raise TypeError(f"env must be an env id string, got {type(env).__name__}")
-    spec = _native_spec(env)
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-    if backend == "auto":
-        backend = "numba"
-    if backend not in NATIVE_BACKENDS:
+    if isinstance(env, str):
+        native = _native_name(env)
+        if backend == "auto":
+            backend = "numba" if native else "pool"
+    elif callable(env) or (isinstance(env, Sequence) and env and all(map(callable, env))):
+        native = None
+        if backend == "auto":
+            backend = "pool"
+    else:
+        raise TypeError(f"env must be an env id, a factory or a list of factories, "
+                        f"got {type(env).__name__}")
+    if backend not in NATIVE_BACKENDS and backend not in EXECUTOR_BACKENDS:
+        raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(ALL_BACKENDS)}")
+    if backend in EXECUTOR_BACKENDS:
+        return _make_executor(env, num_envs, backend, autoreset_mode=autoreset_mode, seed=seed,
+                              copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
+    if native is None:
+        if isinstance(env, str):
+            _gym_spec(env)  # an unknown id is an UnknownEnvError whatever the backend
+            what = repr(env)
+        else:
+            what = "factories"
         raise ValueError(
-            f"unknown backend {backend!r}; valid backends: auto, {', '.join(NATIVE_BACKENDS)}"
-        )
+            f"backend {backend!r} runs envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
+            f"run {what} with backend 'serial', 'subprocess' or 'pool'")
+    spec = NATIVE_ENVS[native]
+    _check_num_envs(num_envs)
     reason = backend_status(backend)
     if reason is not None:
         raise BackendUnavailableError(f"backend {backend!r} cannot run here: {reason}")
     mode = parse_autoreset_mode(autoreset_mode)
     if max_episode_steps is None:
         max_episode_steps = spec.max_episode_steps
-    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) \
-            or max_episode_steps < 1:
-        raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
+    _check_max_steps(max_episode_steps)
 
     engine_path, option_names = NATIVE_BACKENDS[backend]
     options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
-    misplaced = [k for k in env_kwargs if any(k in o for _, o in NATIVE_BACKENDS.values())]
+    misplaced = [k for k in env_kwargs if any(
+        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
     if misplaced:
         raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
     try:
@@ -136,6 +208,55 @@ def make(
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
     return NativeVectorEnv(spec, num_envs, engine, backend=backend, autoreset_mode=mode,
                            seed=seed, copy=copy)
+
+
+def _check_max_steps(max_episode_steps: Any) -> None:
+    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) \
+            or max_episode_steps < 1:
+        raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
+
+
+def _make_executor(env: Any, num_envs: int, backend: str, *,
+                   autoreset_mode: AutoresetMode | str, seed: int | None, copy: bool,
+                   max_episode_steps: int | None, **env_kwargs: Any) -> VectorEnv:
+    """An executor over ``num_envs`` envs from an id, a factory or a list of factories."""
+    _check_num_envs(num_envs)
+    mode = parse_autoreset_mode(autoreset_mode)
+    if seed is not None:
+        check_seed(seed)
+    if max_episode_steps is not None:
+        _check_max_steps(max_episode_steps)
+    path, option_names = EXECUTOR_BACKENDS[backend]
+    options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
+    misplaced = [k for k in env_kwargs if any(
+        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
+    if misplaced:
+        raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
+    if isinstance(env, str):
+        spec = _gym_spec(env)
+        if max_episode_steps is not None:
+            env_kwargs["max_episode_steps"] = max_episode_steps
+        factories = [functools.partial(gymnasium.make, spec, **env_kwargs)] * num_envs
+    else:
+        if env_kwargs:
+            raise TypeError(f"keyword arguments {sorted(env_kwargs)} only apply to env ids; "
+                            f"pass them to your factory instead")
+        if callable(env):
+            factories = [env] * num_envs
+        else:
+            factories = list(env)
+            if len(factories) != num_envs:
+                raise ValueError(f"got {len(factories)} factories for num_envs={num_envs}")
+        if max_episode_steps is not None:
+            factories = [functools.partial(_time_limited, f, max_episode_steps)
+                         for f in factories]
+    module, cls = path.split(":")
+    executor_cls = getattr(importlib.import_module(module), cls)
+    return executor_cls(factories, autoreset_mode=mode, seed=seed, copy=copy, **options)
+
+
+def _time_limited(factory: Callable[[], gymnasium.Env], max_episode_steps: int) -> gymnasium.Env:
+    return gymnasium.wrappers.TimeLimit(factory(), max_episode_steps)
 
 
 def register_with_gymnasium() -> None:

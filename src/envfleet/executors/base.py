@@ -1,0 +1,276 @@
+"""What every executor shares: the Gymnasium vector API over N copies of any Gymnasium env.
+
+``ExecutorVectorEnv`` owns the contract (spaces, seeding, reset options, autoreset bookkeeping,
+action checks, info dicts, copies, closing); an executor subclass only moves data to and from
+the envs: ``_reset_envs`` and ``_step_envs`` fill the batch buffers (``self.arrays``), through
+an in-process loop (``serial``), pipes (``subprocess``) or shared memory (``pool``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
+
+from envfleet.executors.actions import check_actions
+from envfleet.executors.group import Infos
+from envfleet.executors.shared_memory import (
+    BufferLayout,
+    check_supported,
+    copy_batched,
+    leaves,
+    masked_copy,
+    nest,
+)
+from envfleet.native.vector_env import check_seed
+
+DEFAULT_STEP_TIMEOUT = 60.0
+
+
+class EnvWorkerError(RuntimeError):
+    """An env failed in an executor: it raised, or its worker died or stopped answering.
+
+    ``env_index`` is the env concerned (None when no single env is), ``worker_traceback`` the
+    worker's traceback text (also chained as this exception's ``__cause__``).
+    """
+
+    def __init__(self, message: str, env_index: int | None = None,
+                 worker_traceback: str | None = None) -> None:
+        super().__init__(message)
+        self.env_index = env_index
+        self.worker_traceback = worker_traceback
+
+    def __reduce__(self) -> tuple:
+        return type(self), (self.args[0], self.env_index, self.worker_traceback)
+
+
+class RemoteTraceback(Exception):
+    """The traceback text of an exception raised in a worker process (shown when chained)."""
+
+    def __init__(self, text: str) -> None:
+        super().__init__(text)
+        self.text = text
+
+    def __str__(self) -> str:
+        return f'\n"""\n{self.text.rstrip()}\n"""'
+
+
+def failure_error(index: int, phase: str, error_type: str, text: str,
+                  tb: str) -> EnvWorkerError:
+    """The parent-side error for an exception raised by env ``index``'s ``phase``."""
+    error = EnvWorkerError(f"env {index} raised {error_type} in {phase}(): {text}",
+                           env_index=index, worker_traceback=tb)
+    error.__cause__ = RemoteTraceback(tb)
+    return error
+
+
+def env_seeds(seed: int | Sequence[int | None], num_envs: int) -> list[int | None]:
+    """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one per env (None: none)."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        base = check_seed(seed)
+        return [base + i for i in range(num_envs)]
+    if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str):
+        raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
+    return [None if s is None else check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+
+
+def buffer_layout(observation_space: spaces.Space, action_space: spaces.Space, rows: int,
+                  mode: AutoresetMode) -> BufferLayout:
+    """The batch buffers of ``rows`` envs: observations, actions, rewards, flags (+ final obs)."""
+    arrays: dict[str, tuple[tuple[int, ...], Any]] = {}
+    for name, (shape, dtype) in leaves(observation_space, "obs").items():
+        arrays[name] = ((rows, *shape), dtype)
+    for name, (shape, dtype) in leaves(action_space, "act").items():
+        arrays[name] = ((rows, *shape), dtype)
+    arrays["rewards"] = ((rows,), np.float64)
+    arrays["terminated"] = ((rows,), np.bool_)
+    arrays["truncated"] = ((rows,), np.bool_)
+    if mode is AutoresetMode.SAME_STEP:
+        for name, (shape, dtype) in leaves(observation_space, "final_obs").items():
+            arrays[name] = ((rows, *shape), dtype)
+    return BufferLayout.of(arrays)
+
+
+def assign_batched(dst: Any, src: Any) -> None:
+    """Copy a batched value into the buffers ``dst`` (same structure)."""
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            assign_batched(sub, src[key])
+    elif isinstance(dst, tuple):
+        for k, sub in enumerate(dst):
+            assign_batched(sub, src[k])
+    else:
+        dst[...] = src
+
+
+class ExecutorVectorEnv(VectorEnv):
+    """Gymnasium's ``VectorEnv`` over N Gymnasium envs run by an executor.
+
+    Subclasses call ``_setup`` once the single-env spaces are known, then implement
+    ``_reset_envs``, ``_step_envs`` and ``_close_executor``.
+    """
+
+    backend = "executor"
+
+    def __init__(self, num_envs: int, *, autoreset_mode: AutoresetMode, seed: int | None,
+                 copy: bool) -> None:
+        self.num_envs = num_envs
+        self.autoreset_mode = autoreset_mode
+        self.copy = copy
+        self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
+        self.render_mode = None
+        self._initial_seed = None if seed is None else check_seed(seed)
+        self._has_reset = False
+        self._failure: str | None = None  # why a reset is needed before the next step
+        self._broken: str | None = None  # why the executor cannot run any more
+        self._needs_reset = np.zeros(num_envs, dtype=bool)  # DISABLED: ended episodes
+        self.arrays: dict[str, np.ndarray] = {}
+
+    # --- set-up, for subclasses --------------------------------------------------------------
+
+    def _setup(self, observation_space: spaces.Space, action_space: spaces.Space,
+               env_metadata: dict[str, Any] | None, render_mode: str | None) -> BufferLayout:
+        """Record the single-env spaces; return the layout of the batch buffers."""
+        check_supported(observation_space, "observation")
+        check_supported(action_space, "action")
+        self.single_observation_space = observation_space
+        self.single_action_space = action_space
+        self.observation_space = batch_space(observation_space, self.num_envs)
+        self.action_space = batch_space(action_space, self.num_envs)
+        if env_metadata:
+            self.metadata["render_modes"] = list(env_metadata.get("render_modes", []))
+            if "render_fps" in env_metadata:
+                self.metadata["render_fps"] = env_metadata["render_fps"]
+        self.render_mode = render_mode
+        return buffer_layout(observation_space, action_space, self.num_envs,
+                             self.autoreset_mode)
+
+    def _bind(self, arrays: dict[str, np.ndarray]) -> None:
+        """Use ``arrays`` (from ``_setup``'s layout) as the batch buffers."""
+        self.arrays = arrays
+        self._obs = nest(self.single_observation_space, arrays, "obs")
+        self._actions = nest(self.single_action_space, arrays, "act")
+        self._final_obs = (nest(self.single_observation_space, arrays, "final_obs")
+                           if self.autoreset_mode is AutoresetMode.SAME_STEP else None)
+
+    # --- executor hooks ------------------------------------------------------------------------
+
+    def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                    options: dict[str, Any] | None) -> Infos:
+        raise NotImplementedError
+
+    def _step_envs(self) -> tuple[Infos, Infos]:
+        """Step every env with the actions in the action buffers; (infos, final infos)."""
+        raise NotImplementedError
+
+    def _close_executor(self) -> None:
+        raise NotImplementedError
+
+    # --- the Gymnasium API ------------------------------------------------------------------
+
+    def reset(
+        self, *, seed: int | Sequence[int | None] | None = None,
+        options: dict[str, Any] | None = None,
+    ) -> tuple[Any, dict[str, Any]]:
+        """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``.
+
+        Other options are passed to every reset env's ``reset(options=...)``.
+        """
+        self._check_usable()
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if mask is not None:
+            mask = np.asarray(mask)
+            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
+                raise ValueError(
+                    f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
+                    f"got dtype {mask.dtype} and shape {mask.shape}"
+                )
+            if mask.all():
+                mask = None
+            elif not self._has_reset:
+                raise RuntimeError("the first reset() must reset every env (no reset_mask)")
+            else:
+                mask = mask.copy()
+        if seed is None and not self._has_reset:
+            seed = self._initial_seed
+        seeds = None if seed is None else env_seeds(seed, self.num_envs)
+        infos_list = self._run(lambda: self._reset_envs(mask, seeds, options or None))
+        self._has_reset = True
+        self._failure = None
+        if mask is None:
+            self._needs_reset[:] = False
+        else:
+            self._needs_reset[mask] = False
+        infos: dict[str, Any] = {}
+        for i, info in infos_list:
+            infos = self._add_info(infos, info, i)
+        return self._out(self._obs), infos
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env; autoreset as ``metadata["autoreset_mode"]`` says."""
+        self._check_usable()
+        if not self._has_reset:
+            raise RuntimeError(
+                "call reset() before step()" if self._failure is None else
+                f"a previous call failed ({self._failure}): call reset() before step()")
+        disabled = self.autoreset_mode is AutoresetMode.DISABLED
+        actions = check_actions(self.single_action_space, self.action_space, actions,
+                                self.num_envs, self._needs_reset if disabled else None)
+        assign_batched(self._actions, actions)
+        step_infos, final_infos = self._run(self._step_envs)
+        a = self.arrays
+        terminated, truncated = a["terminated"], a["truncated"]
+        infos: dict[str, Any] = {}
+        if disabled:
+            np.logical_or(terminated, truncated, out=self._needs_reset)
+        elif self.autoreset_mode is AutoresetMode.SAME_STEP:
+            ended = terminated | truncated
+            if ended.any():
+                infos["final_obs"] = masked_copy(self._final_obs, ended)
+                infos["_final_obs"] = ended
+                final_info: dict[str, Any] = {}
+                for i, info in final_infos:
+                    final_info = self._add_info(final_info, info, i)
+                infos["final_info"] = final_info
+                infos["_final_info"] = ended.copy()
+        for i, info in step_infos:
+            infos = self._add_info(infos, info, i)
+        return (self._out(self._obs), self._out(a["rewards"]), self._out(terminated),
+                self._out(truncated), infos)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Stop the executor (idempotent): no process or shared-memory segment is left."""
+        if self._broken != "closed":
+            self._broken = "closed"
+            self._close_executor()
+
+    # --- helpers -----------------------------------------------------------------------------
+
+    def _run(self, call: Callable[[], Any]) -> Any:
+        try:
+            return call()
+        except EnvWorkerError as error:
+            self._has_reset = False
+            self._failure = str(error)
+            raise
+
+    def _out(self, value: Any) -> Any:
+        return copy_batched(value) if self.copy else value
+
+    def _check_usable(self) -> None:
+        if self._broken == "closed" or self.closed:
+            raise RuntimeError("this env is closed")
+        if self._broken is not None:
+            raise EnvWorkerError(f"this env's executor has failed and was shut down "
+                                 f"({self._broken}); close() it and make a new one")
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}(num_envs={self.num_envs}, backend={self.backend!r})"

@@ -1,0 +1,159 @@
+"""``EnvGroup``: a contiguous share of the envs, stepped in a loop into batch buffers.
+
+The one place where executors step Gymnasium envs and apply the autoreset mode; the serial
+executor runs one group in-process, every pool or subprocess worker runs one group on its own
+share of the envs. Autoreset follows Gymnasium's ``SyncVectorEnv`` call for call (the same
+``reset()`` / ``step()`` calls in the same order), so the same seeds give the same trajectories.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+from envfleet.executors.shared_memory import nest, row_reader, row_writer
+
+#: (global env index, info dict) for the envs whose info was not empty
+Infos = list[tuple[int, dict[str, Any]]]
+
+
+class EnvFailure(Exception):
+    """An env's ``reset``/``step`` (or its factory) raised; carries what the parent reports."""
+
+    def __init__(self, index: int, phase: str, error: BaseException) -> None:
+        self.index = index
+        self.phase = phase
+        self.error_type = type(error).__name__
+        self.error_text = str(error)
+        self.traceback = "".join(traceback.format_exception(error))
+        super().__init__(index, phase, self.error_type, self.error_text)
+
+    def as_tuple(self) -> tuple[int, str, str, str, str]:
+        return self.index, self.phase, self.error_type, self.error_text, self.traceback
+
+
+class EnvGroup:
+    """Envs ``first .. first + len(envs) - 1``, stored in buffer rows ``row0 ..``.
+
+    ``arrays`` holds the leaves named by ``executors.shared_memory.leaves``: ``obs...``,
+    ``act...``, ``final_obs...`` (SAME_STEP), and ``rewards``, ``terminated``, ``truncated``.
+    ``current`` (an int64 array, slot ``slot``) is set to the env being run, so that a parent
+    can name the env a dead or hung worker was on.
+    """
+
+    def __init__(self, envs: list[Any], first: int, row0: int, mode: AutoresetMode,
+                 observation_space: spaces.Space, action_space: spaces.Space,
+                 arrays: dict[str, np.ndarray], current: np.ndarray | None = None,
+                 slot: int = 0) -> None:
+        self.envs = envs
+        self.first = first
+        self.row0 = row0
+        self.mode = mode
+        self.obs = nest(observation_space, arrays, "obs")
+        self.actions = nest(action_space, arrays, "act")
+        self.final_obs = (nest(observation_space, arrays, "final_obs")
+                          if mode is AutoresetMode.SAME_STEP else None)
+        self.rewards = arrays["rewards"]
+        self.terminated = arrays["terminated"]
+        self.truncated = arrays["truncated"]
+        self.write_obs = row_writer(observation_space)
+        self.read_action = row_reader(action_space)
+        self.pending = np.zeros(len(envs), dtype=bool)  # NEXT_STEP: reset on the next step
+        if current is None:
+            current = np.zeros(slot + 1, dtype=np.int64)
+        self.current = memoryview(current).cast("B").cast("q")  # cheaper to set than NumPy
+        self.slot = slot
+
+    def reset(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+              options: dict[str, Any] | None) -> Infos:
+        """Reset the masked envs (all when ``mask`` is None) with their seeds."""
+        infos: Infos = []
+        j = 0
+        try:
+            for j, env in enumerate(self.envs):
+                if mask is not None and not mask[j]:
+                    continue
+                self.current[self.slot] = self.first + j
+                seed = None if seeds is None else seeds[j]
+                obs, info = env.reset(seed=seed, options=options)
+                r = self.row0 + j
+                self.write_obs(self.obs, r, obs)
+                self.rewards[r] = 0.0
+                self.terminated[r] = False
+                self.truncated[r] = False
+                self.pending[j] = False
+                if info:
+                    infos.append((self.first + j, info))
+        except Exception as error:
+            raise EnvFailure(self.first + j, "reset", error) from error
+        self.current[self.slot] = -1  # idle
+        return infos
+
+    def step(self) -> tuple[Infos, Infos]:
+        """Step every env with its action from the action buffer; (infos, final infos)."""
+        infos: Infos = []
+        finals: Infos = []
+        n = len(self.envs)
+        r0, first = self.row0, self.first
+        rows = slice(r0, r0 + n)
+        # leaf spaces: iterate over private copies of the rows (one NumPy call per batch)
+        leaf_actions = isinstance(self.actions, np.ndarray)
+        actions = self.actions[rows].copy() if leaf_actions else [
+            self.read_action(self.actions, r) for r in range(r0, r0 + n)]
+        obs_rows = self.obs[rows] if isinstance(self.obs, np.ndarray) else None
+        write_obs, obs_buf = self.write_obs, self.obs
+        pending, current, slot = self.pending, self.current, self.slot
+        next_step = self.mode is AutoresetMode.NEXT_STEP
+        same_step = self.mode is AutoresetMode.SAME_STEP
+        rewards: list[float] = [0.0] * n
+        terminated: list[bool] = [False] * n
+        truncated: list[bool] = [False] * n
+        j = 0
+        try:
+            for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
+                current[slot] = first + j
+                if next_step and pending[j]:
+                    obs, info = env.reset()
+                    pending[j] = False
+                else:
+                    obs, reward, term, trunc, info = env.step(action)
+                    rewards[j] = reward
+                    terminated[j] = term
+                    truncated[j] = trunc
+                    if term or trunc:
+                        if same_step:
+                            write_obs(self.final_obs, r0 + j, obs)
+                            if info:
+                                finals.append((first + j, info))
+                            obs, info = env.reset()
+                        else:
+                            pending[j] = True
+                if obs_rows is not None:
+                    obs_rows[j] = obs
+                else:
+                    write_obs(obs_buf, r0 + j, obs)
+                if info:
+                    infos.append((first + j, info))
+        except Exception as error:
+            self._flush(rows, rewards, terminated, truncated)
+            raise EnvFailure(first + j, "step", error) from error
+        self._flush(rows, rewards, terminated, truncated)
+        current[slot] = -1  # idle
+        return infos, finals
+
+    def _flush(self, rows: slice, rewards: list, terminated: list, truncated: list) -> None:
+        self.rewards[rows] = rewards
+        self.terminated[rows] = terminated
+        self.truncated[rows] = truncated
+
+    def close(self) -> None:
+        """Close every env (errors ignored: closing must always finish)."""
+        for env in self.envs:
+            with contextlib.suppress(Exception):
+                env.close()
+        self.envs = []

@@ -1,0 +1,159 @@
+"""The worker process of the ``pool`` and ``subprocess`` executors.
+
+A worker builds its share of the envs from cloudpickled factories, reports their spaces, maps
+the batch buffers (shared memory) or keeps its own (pipe transport), then serves commands.
+
+Protocol (``Connection.send_bytes``; one message each way per command):
+
+- start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
+  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode))``;
+  worker -> ``b"k"``.
+- ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport: ``b"s" +
+  pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset; ``b"c"`` close.
+- replies: ``b"k"`` done, nothing to report (the step's hot path: nothing is pickled);
+  ``b"i" + pickle((infos, final infos, output arrays or None))``;
+  ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
+
+A worker exits when the parent's end of its pipe closes (the parent died), when a watchdog
+thread sees the parent process gone (an env stuck in a long call), or on ``b"c"``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pickle
+import signal
+import threading
+import time
+from typing import Any
+
+import cloudpickle
+import numpy as np
+
+from envfleet.executors.group import EnvFailure, EnvGroup
+from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
+
+OK = b"k"
+INFO = b"i"
+ERROR = b"e"
+HELLO = b"o"
+LAYOUT = b"L"
+STEP = b"s"
+RESET = b"r"
+CLOSE = b"c"
+OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
+
+
+def _parent_alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            return False
+        except PermissionError:
+            return True
+        return True
+
+
+def _watch_parent(pid: int, period: float = 0.5) -> None:
+    while True:
+        time.sleep(period)
+        if not _parent_alive(pid):
+            os._exit(1)
+
+
+def _outputs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+    return {k: v for k, v in arrays.items() if k.split(".")[0] in OUTPUT_PREFIXES}
+
+
+def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: int) -> None:
+    """Run envs ``first ..`` (the factories in ``payload``) for the parent ``parent_pid``."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
+    envs: list[Any] = []
+    shared: SharedBuffers | None = None
+    group: EnvGroup | None = None
+    try:
+        try:
+            factories = cloudpickle.loads(payload)
+            for k, factory in enumerate(factories):
+                try:
+                    envs.append(factory())
+                except Exception as error:
+                    raise EnvFailure(first + k, "make", error) from error
+            from envfleet.executors.serial import check_same_spaces
+
+            try:
+                check_same_spaces(envs, first)
+            except ValueError as error:
+                raise EnvFailure(first, "make", error) from error
+            env = envs[0]
+            conn.send_bytes(HELLO + cloudpickle.dumps((
+                env.observation_space, env.action_space, dict(getattr(env, "metadata", {})),
+                getattr(env, "render_mode", None))))
+        except EnvFailure as failure:
+            conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
+            return
+        message = conn.recv_bytes()
+        if message[:1] != LAYOUT:
+            return
+        layout, segment, mode, row0 = pickle.loads(message[1:])
+        layout: BufferLayout
+        if segment is not None:
+            shared = SharedBuffers.attach(layout, segment)
+            arrays = shared.arrays
+            current = arrays["current"]
+        else:
+            arrays = layout.local()
+            current = None
+        group = EnvGroup(envs, first, row0, mode, env.observation_space, env.action_space,
+                         arrays, current, slot)
+        conn.send_bytes(OK)
+        outputs = None if shared is not None else _outputs(arrays)
+        while True:
+            message = conn.recv_bytes()
+            command = message[:1]
+            try:
+                if command == STEP:
+                    if outputs is not None:  # pipe transport: the actions come pickled
+                        for name, value in pickle.loads(message[1:]).items():
+                            arrays[name][...] = value
+                    infos, finals = group.step()
+                elif command == RESET:
+                    mask, seeds, options = pickle.loads(message[1:])
+                    infos, finals = group.reset(mask, seeds, options), []
+                elif command == CLOSE:
+                    return
+                else:
+                    raise RuntimeError(f"unknown command {command!r}")
+            except EnvFailure as failure:
+                conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
+                continue
+            if infos or finals or outputs is not None:
+                try:
+                    reply = INFO + pickle.dumps((infos, finals, outputs),
+                                                protocol=pickle.HIGHEST_PROTOCOL)
+                except Exception as error:  # an info that cannot be pickled
+                    index = (infos or finals or [(first, None)])[0][0]
+                    failure = EnvFailure(index, "step", TypeError(
+                        f"its info could not be sent to the parent: {error}"))
+                    reply = ERROR + pickle.dumps(failure.as_tuple())
+                conn.send_bytes(reply)
+            else:
+                conn.send_bytes(OK)
+    except (EOFError, OSError, KeyboardInterrupt):
+        pass  # the parent is gone or closed the pipe
+    finally:
+        if group is not None:
+            group.close()
+        else:
+            for env in envs:
+                with contextlib.suppress(Exception):
+                    env.close()
+        if shared is not None:
+            del group, arrays, current
+            shared.close()

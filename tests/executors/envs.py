@@ -1,0 +1,128 @@
+"""Small Gymnasium envs for the executor tests (importable by worker processes)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from typing import Any, ClassVar
+
+import gymnasium as gym
+import numpy as np
+from gymnasium import spaces
+
+
+class CountingEnv(gym.Env):
+    """obs = [index, seed, episode, t]; an episode lasts ``length`` steps (terminated), or is
+    truncated at ``truncate_at`` if that comes first; reward = 10 * t + action.
+
+    Infos: reset gives ``{"index": index}``; a step gives ``{"t": t}`` on even t only (so the
+    ``_t`` masks are not all True)."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, index: int = 0, length: int = 3, truncate_at: int | None = None) -> None:
+        self.index = index
+        self.length = length
+        self.truncate_at = truncate_at
+        self.observation_space = spaces.Box(0, 2**40, (4,), dtype=np.int64)
+        self.action_space = spaces.Discrete(5)
+        self.seed_value, self.episode, self.t = -1, -1, 0
+
+    def _obs(self) -> np.ndarray:
+        return np.array([self.index, self.seed_value, self.episode, self.t], dtype=np.int64)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.seed_value, self.episode = seed, 0
+        else:
+            self.episode += 1
+        self.t = 0
+        return self._obs(), {"index": self.index}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.t += 1
+        terminated = self.t >= self.length
+        truncated = not terminated and self.truncate_at is not None and self.t >= self.truncate_at
+        info = {"t": self.t} if self.t % 2 == 0 else {}
+        return self._obs(), float(10 * self.t + int(action)), terminated, truncated, info
+
+
+class FaultyEnv(CountingEnv):
+    """A CountingEnv that misbehaves: ``fault`` in {"step", "reset", "kill", "hang"} at its
+    ``at``-th step (reset: its ``at``-th reset), when it is env ``bad_index``."""
+
+    def __init__(self, index: int = 0, fault: str = "step", bad_index: int = 0, at: int = 2,
+                 length: int = 100) -> None:
+        super().__init__(index, length)
+        self.fault, self.bad_index, self.at = fault, bad_index, at
+        self.steps = self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        if self.index == self.bad_index and self.fault == "reset" and self.resets == self.at:
+            raise ValueError(f"reset failure in env {self.index}")
+        return super().reset(seed=seed, options=options)
+
+    def step(self, action):
+        self.steps += 1
+        if self.index == self.bad_index and self.steps == self.at:
+            if self.fault == "step":
+                raise RuntimeError(f"boom in env {self.index}")
+            if self.fault == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            if self.fault == "hang":
+                time.sleep(3600)
+        return super().step(action)
+
+
+class DictEnv(gym.Env):
+    """Dict / Tuple observations of every leaf kind, a Box action; obs depend on seed and action."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Dict({
+            "pos": spaces.Box(-10, 10, (3,), dtype=np.float32),
+            "id": spaces.Discrete(7, start=1),
+            "bits": spaces.MultiBinary(4),
+            "nest": spaces.Tuple((spaces.MultiDiscrete([3, 5]),
+                                  spaces.Box(0, 1, (2, 2), dtype=np.float64))),
+        })
+        self.action_space = spaces.Box(-1, 1, (2,), dtype=np.float32)
+
+    def _obs(self) -> dict[str, Any]:
+        rng = self.np_random
+        return {"pos": self.pos.astype(np.float32), "id": np.int64(rng.integers(1, 8)),
+                "bits": rng.integers(0, 2, 4).astype(np.int8),
+                "nest": (rng.integers(0, [3, 5]).astype(np.int64), rng.random((2, 2)))}
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.pos = self.np_random.uniform(-1, 1, 3)
+        self.t = 0
+        return self._obs(), {}
+
+    def step(self, action):
+        self.t += 1
+        self.pos = np.clip(self.pos + np.r_[action, 0.5 * action[0]], -10, 10)
+        return self._obs(), float(self.pos.sum()), bool(self.t >= 4), False, {}
+
+
+class TupleEnv(gym.Env):
+    """Tuple observations and a MultiDiscrete action."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Tuple((spaces.Box(-5, 5, (2,), dtype=np.float32),
+                                               spaces.Discrete(4)))
+        self.action_space = spaces.MultiDiscrete([3, 4])
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 2).astype(np.float32)
+        return (self.x.copy(), np.int64(0)), {}
+
+    def step(self, action):
+        self.x = np.clip(self.x + (np.asarray(action) - 1) * 0.1, -5, 5).astype(np.float32)
+        k = int(action[1])
+        return (self.x.copy(), np.int64(k)), float(k), k == 3, False, {}

@@ -1,0 +1,42 @@
+"""Shared helpers for the executor tests: building each backend, leak checks."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+
+import pytest
+
+BACKENDS = ["serial", "subprocess", "pool"]
+PROCESS_BACKENDS = ["subprocess", "pool"]
+
+
+def shm_names() -> set[str]:
+    try:
+        return set(os.listdir("/dev/shm"))
+    except FileNotFoundError:  # not Linux
+        pytest.skip("no /dev/shm here")
+
+
+def pid_gone(pid: int) -> bool:
+    """No process ``pid``, or only a zombie left for its parent to reap."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("Z", "X")
+    except OSError:
+        return True
+
+
+def worker_pids(env) -> list[int]:
+    return [w.process.pid for w in env.unwrapped._workers]
+
+
+def assert_nothing_left(pids: list[int], shm_before: set[str], timeout: float = 5.0) -> None:
+    """Every worker gone and reaped, no new shared-memory segment."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(pid_gone(p) for p in pids):
+        time.sleep(0.02)
+    assert all(pid_gone(p) for p in pids), [p for p in pids if not pid_gone(p)]
+    assert not [p for p in multiprocessing.active_children() if p.pid in pids]
+    assert shm_names() - shm_before == set()
