@@ -126,3 +126,32 @@ class TupleEnv(gym.Env):
         self.x = np.clip(self.x + (np.asarray(action) - 1) * 0.1, -5, 5).astype(np.float32)
         k = int(action[1])
         return (self.x.copy(), np.int64(k)), float(k), k == 3, False, {}
+
+
+class DictActionEnv(gym.Env):
+    """A Dict action space (checked per env, with the space's own ``contains``)."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-100, 100, (2,), dtype=np.float64)
+        self.action_space = spaces.Dict({"move": spaces.Discrete(3),
+                                         "push": spaces.Box(-1, 1, (2,), dtype=np.float32)})
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.x = self.np_random.uniform(-1, 1, 2)
+        return self.x.copy(), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.x = self.x + (int(action["move"]) - 1) + action["push"]
+        return self.x.copy(), float(self.x[0]), False, False, {}
+
+
+class UnpicklableInfoEnv(CountingEnv):
+    """Returns an info value that cannot be pickled (a lock) from its steps."""
+
+    def step(self, action):
+        import threading
+
+        obs, reward, terminated, truncated, _ = super().step(action)
+        return obs, reward, terminated, truncated, {"lock": threading.Lock()}

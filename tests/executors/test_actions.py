@@ -80,3 +80,28 @@ def test_box_multidiscrete_and_nested_actions(backend) -> None:
         env.step(np.zeros(3, dtype=np.int64))
     env.step(np.array([[0, 0], [2, 3], [1, 1]]))
     env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_dict_actions(backend) -> None:
+    import gymnasium as gym
+    from gymnasium.utils.env_checker import data_equivalence
+
+    from tests.executors.envs import DictActionEnv
+
+    reference = gym.vector.SyncVectorEnv([DictActionEnv] * 3)
+    env = envfleet.make(DictActionEnv, 3, backend=backend)
+    good = {"move": np.array([0, 1, 2]), "push": np.full((3, 2), 0.5, dtype=np.float32)}
+    results = []
+    for venv in (env, reference):
+        out = [venv.reset(seed=4)]
+        out += [venv.step(good) for _ in range(3)]
+        results.append(out)
+    assert data_equivalence(*results)
+    bad = {"move": np.array([0, 3, 2]), "push": np.zeros((3, 2), dtype=np.float32)}
+    with pytest.raises(ValueError, match=r"invalid action for env 1: .* is not in Dict"):
+        env.step(bad)
+    with pytest.raises(ValueError, match="batch of 3 actions"):
+        env.step({"move": np.array([0, 1, 2])})
+    env.step(good)
+    env.close()

@@ -193,3 +193,25 @@ def test_workers_exit_when_the_parent_dies(how) -> None:
     finally:
         parent.kill()
         parent.wait()
+
+
+@pytest.mark.parametrize("backend", PROCESS_BACKENDS)
+def test_unpicklable_info_is_reported(backend) -> None:
+    from tests.executors.envs import UnpicklableInfoEnv
+
+    env = envfleet.make(UnpicklableInfoEnv, 3, backend=backend)
+    env.reset(seed=0)
+    with pytest.raises(EnvWorkerError, match="info could not be sent"):
+        env.step(np.zeros(3, dtype=np.int64))
+    env.reset(seed=0)  # the worker is alive
+    env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_envs_with_different_spaces_are_refused(backend) -> None:
+    from tests.executors.envs import TupleEnv
+
+    shm = shm_names()
+    with pytest.raises((ValueError, EnvWorkerError), match="same spaces"):
+        envfleet.make([CountingEnv, CountingEnv, TupleEnv], 3, backend=backend)
+    assert_nothing_left([], shm)

@@ -60,6 +60,13 @@ def check_actions(space: spaces.Space, batched_space: spaces.Space, actions: Any
     they are stepped. Raises ``ValueError`` naming the first refused env (the lowest index,
     whichever the reason), before anything is sent to any env.
     """
+    if isinstance(space, spaces.Discrete) and type(actions) is np.ndarray \
+            and actions.shape == (num_envs,) and actions.dtype.kind in "iu" \
+            and (needs_reset is None or not needs_reset.any()):
+        # the common case in two reductions; anything odd takes the careful path below
+        lo = int(space.start)
+        if int(actions.min()) >= lo and int(actions.max()) < lo + int(space.n):
+            return actions if actions.dtype == space.dtype else actions.astype(space.dtype)
     if isinstance(space, spaces.Discrete | spaces.Box | spaces.MultiDiscrete | spaces.MultiBinary):
         arr = np.asarray(actions)
         if isinstance(space, spaces.Discrete | spaces.Box):
