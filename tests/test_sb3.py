@@ -1,9 +1,11 @@
 """``envfleet.sb3``: the Stable-Baselines3 ``VecEnv`` facade. Conformance against the wrapped
-env's SAME_STEP info and against SB3's own ``DummyVecEnv``; SB3's checker and wrappers; PPO and
+env's SAME_STEP info and against SB3's own ``DummyVecEnv`` (over Gymnasium's SyncVectorEnv and
+envfleet's executors); SB3's checker and wrappers; PPO and
 DQN smoke runs; seeds, options, attributes, action masks; bad input."""
 
 from __future__ import annotations
 
+from contextlib import closing
 from typing import ClassVar
 
 import gymnasium as gym
@@ -100,34 +102,38 @@ def without_time(info: dict) -> dict:
     return info
 
 
-def test_matches_dummy_vec_env_on_gymnasium_envs() -> None:
-    """Over Gymnasium's own SyncVectorEnv (SAME_STEP), the facade gives what SB3's DummyVecEnv
-    gives for the same envs: the step info of an ended env (here ``episode``, from
-    ``final_info``) with its terminal observation, and the reset info in ``reset_infos``."""
+@pytest.mark.parametrize("source", ["gymnasium-sync", "serial", "pool"])
+def test_matches_dummy_vec_env_on_gymnasium_envs(source: str) -> None:
+    """Over Gymnasium's own SyncVectorEnv or an envfleet executor (SAME_STEP), the facade gives
+    what SB3's DummyVecEnv gives for the same envs: the step info of an ended env (here
+    ``episode``, from ``final_info``) with its terminal observation, and the reset info in
+    ``reset_infos``."""
     n = 3
-    vec = to_sb3(SyncVectorEnv([make_cartpole()] * n, autoreset_mode=SAME_STEP))
+    if source == "gymnasium-sync":
+        vec = to_sb3(SyncVectorEnv([make_cartpole()] * n, autoreset_mode=SAME_STEP))
+    else:
+        vec = to_sb3(make_cartpole(), n, backend=source)
     dummy = DummyVecEnv([make_cartpole()] * n)
-    assert vec.seed(11) == dummy.seed(11) == [11, 12, 13]
-    assert np.array_equal(vec.reset(), dummy.reset())
-    rng = np.random.default_rng(0)
-    episodes = 0
-    for _ in range(50):
-        actions = rng.integers(0, 2, n)
-        obs, rewards, dones, infos = vec.step(actions)
-        d_obs, d_rewards, d_dones, d_infos = dummy.step(actions)
-        assert np.array_equal(obs, d_obs) and np.array_equal(rewards, d_rewards)
-        assert np.array_equal(dones, d_dones)
-        for info, d_info in zip(infos, d_infos, strict=True):
-            assert info.keys() == d_info.keys()
-            final = info.pop("terminal_observation", None)
-            d_final = d_info.pop("terminal_observation", None)
-            assert (final is None and d_final is None) or np.array_equal(final, d_final)
-            assert without_time(info) == without_time(d_info)
-            episodes += "episode" in info
-        assert vec.reset_infos == dummy.reset_infos
-    assert episodes >= 6
-    vec.close()
-    dummy.close()
+    with closing(vec), closing(dummy):  # a pool must not outlive a failed test
+        assert vec.seed(11) == dummy.seed(11) == [11, 12, 13]
+        assert np.array_equal(vec.reset(), dummy.reset())
+        rng = np.random.default_rng(0)
+        episodes = 0
+        for _ in range(50):
+            actions = rng.integers(0, 2, n)
+            obs, rewards, dones, infos = vec.step(actions)
+            d_obs, d_rewards, d_dones, d_infos = dummy.step(actions)
+            assert np.array_equal(obs, d_obs) and np.array_equal(rewards, d_rewards)
+            assert np.array_equal(dones, d_dones)
+            for info, d_info in zip(infos, d_infos, strict=True):
+                assert info.keys() == d_info.keys()
+                final = info.pop("terminal_observation", None)
+                d_final = d_info.pop("terminal_observation", None)
+                assert (final is None and d_final is None) or np.array_equal(final, d_final)
+                assert without_time(info) == without_time(d_info)
+                episodes += "episode" in info
+            assert vec.reset_infos == dummy.reset_infos
+        assert episodes >= 6
 
 
 def test_env_checker_and_vec_env_wrappers() -> None:
@@ -170,6 +176,20 @@ def test_env_checker_accepts_every_row() -> None:
     vec.close()
 
 
+@pytest.fixture
+def one_torch_thread():
+    """Tiny MLPs train faster on one torch thread, and far faster when the cores are busy
+    (PPO's learn(2048) here: 2.6 s vs 4.5 s with 2 threads; beside two busy processes 7.9 s vs
+    19 s; beside a benchmark this test once took 60 s)."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+@pytest.mark.usefixtures("one_torch_thread")
 def test_ppo_and_dqn_learn() -> None:
     env = to_sb3(envfleet.make("CartPole-v1", 8, seed=0, autoreset_mode="SameStep"))
     model = PPO("MlpPolicy", env, n_steps=64, batch_size=64, seed=0)
@@ -326,12 +346,12 @@ def test_refuses_what_it_cannot_serve() -> None:
         to_sb3(gym.make("CartPole-v1"))
     with pytest.raises(TypeError, match="already a Stable-Baselines3 VecEnv"):
         to_sb3(DummyVecEnv([make_cartpole()]))
-    with pytest.raises(TypeError, match="VectorEnv or an env id"):
+    with pytest.raises(TypeError, match="VectorEnv, an env id or env factories"):
         to_sb3(42)
     with pytest.raises(TypeError, match="needs num_envs"):
         to_sb3("CartPole-v1")
     native = envfleet.make("CartPole-v1", 2, autoreset_mode="SameStep")
-    with pytest.raises(TypeError, match="only when to_sb3 is given an env id"):
+    with pytest.raises(TypeError, match="only when to_sb3 builds the env"):
         to_sb3(native, 2)
     for mode in ("NextStep", "Disabled"):
         env = envfleet.make("CartPole-v1", 2, autoreset_mode=mode)

@@ -3,9 +3,9 @@
 SB3 resets an env in the step its episode ends and hands the final observation over in
 ``infos[i]["terminal_observation"]``: Gymnasium's SAME_STEP autoreset mode. So the facade needs
 the vector env in that mode (``envfleet.make(..., autoreset_mode="SameStep")``), or builds it
-itself from an env id: ``to_sb3("CartPole-v1", 8, seed=0)``. It relies only on Gymnasium's
-public vector API (plus ``call`` / ``get_attr`` / ``set_attr`` where the env has sub-envs), so it
-serves every envfleet backend and any other Gymnasium vector env.
+itself from what ``envfleet.make`` takes: ``to_sb3("CartPole-v1", 8, seed=0)``. It relies only
+on Gymnasium's public vector API (plus ``call`` / ``get_attr`` / ``set_attr`` where the env has
+them), so it serves every envfleet backend, native or executor, and any Gymnasium vector env.
 
     model = PPO("MlpPolicy", to_sb3("CartPole-v1", 8, seed=0))
 """
@@ -40,16 +40,23 @@ __all__ = ["SB3VecEnv", "to_sb3"]
 _FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
 
 
-def to_sb3(env: VectorEnv | str, num_envs: int | None = None, **make_kwargs: Any) -> SB3VecEnv:
-    """An SB3 ``VecEnv`` over ``env``: a ``VectorEnv`` in SAME_STEP mode, or an env id.
+def to_sb3(env: Any, num_envs: int | None = None, **make_kwargs: Any) -> SB3VecEnv:
+    """An SB3 ``VecEnv`` over ``env``: a ``VectorEnv`` in SAME_STEP mode, or what
+    ``envfleet.make`` builds one from (an env id, a factory or a list of factories).
 
-    With an id, the env is built by ``envfleet.make(env, num_envs, autoreset_mode="SameStep",
-    **make_kwargs)`` (``backend``, ``seed``, ``max_episode_steps``, ... go in ``make_kwargs``).
-    The returned ``VecEnv`` owns the env: its ``close()`` closes it.
+    To build, ``to_sb3(env, num_envs, **make_kwargs)`` calls ``envfleet.make(env, num_envs,
+    autoreset_mode="SameStep", **make_kwargs)`` (``backend``, ``seed``, ``max_episode_steps``,
+    ... go in ``make_kwargs``). The returned ``VecEnv`` owns the env: its ``close()`` closes it.
     """
-    if isinstance(env, str):
+    if isinstance(env, VectorEnv):
+        if num_envs is not None or make_kwargs:
+            raise TypeError(
+                "num_envs and make() keyword arguments apply only when to_sb3 builds the env "
+                "(from an env id or factories); this env is already built"
+            )
+    elif isinstance(env, str | Sequence) or (callable(env) and not isinstance(env, VecEnv)):
         if num_envs is None:
-            raise TypeError(f"to_sb3({env!r}) needs num_envs: to_sb3({env!r}, num_envs, ...)")
+            raise TypeError(f"to_sb3({env!r}) needs num_envs: to_sb3(env, num_envs, ...)")
         mode = _parse_mode(make_kwargs.pop("autoreset_mode", AutoresetMode.SAME_STEP))
         if mode is not AutoresetMode.SAME_STEP:
             raise ValueError(
@@ -59,11 +66,6 @@ def to_sb3(env: VectorEnv | str, num_envs: int | None = None, **make_kwargs: Any
         from envfleet.registry import make
 
         env = make(env, num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **make_kwargs)
-    elif num_envs is not None or make_kwargs:
-        raise TypeError(
-            "num_envs and make() keyword arguments apply only when to_sb3 is given an env id; "
-            "this env is already built"
-        )
     return SB3VecEnv(env)
 
 
@@ -308,7 +310,7 @@ def _check_vector_env(env: Any) -> None:
         )
     if not isinstance(env, VectorEnv):
         raise TypeError(
-            "to_sb3 takes a gymnasium.vector.VectorEnv or an env id string, got "
+            "to_sb3 takes a gymnasium.vector.VectorEnv, an env id or env factories, got "
             f"{type(env).__name__}"
         )
     mode = _parse_mode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
