@@ -37,7 +37,7 @@ EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
                    ("step_timeout", "start_method")),
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
-             ("num_workers", "step_timeout", "start_method")),
+             ("num_workers", "step_timeout", "start_method", "pin_workers")),
 }
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"

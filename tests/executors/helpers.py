@@ -19,6 +19,16 @@ def shm_names() -> set[str]:
         pytest.skip("no /dev/shm here")
 
 
+def our_names(env) -> set[str]:
+    """The /dev/shm entries of a process executor: its segment and its semaphore (a pool)."""
+    inner = env.unwrapped
+    names = {b.name.lstrip("/") for b in inner._buffers}
+    names |= {"sem." + c._semlock.name.lstrip("/") for c in inner._closers
+              if hasattr(c, "_semlock")}
+    assert names <= shm_names(), "the executor's entries should exist while it runs"
+    return names
+
+
 def pid_gone(pid: int) -> bool:
     """No process ``pid``, or only a zombie left for its parent to reap."""
     try:
@@ -32,11 +42,13 @@ def worker_pids(env) -> list[int]:
     return [w.process.pid for w in env.unwrapped._workers]
 
 
-def assert_nothing_left(pids: list[int], shm_before: set[str], timeout: float = 5.0) -> None:
-    """Every worker gone and reaped, no new shared-memory segment."""
+def assert_nothing_left(pids: list[int], names: set[str], timeout: float = 5.0) -> None:
+    """Every worker gone and reaped; none of the executor's /dev/shm ``names`` left.
+
+    (Only the executor's own names: other test sessions may share this machine's /dev/shm.)"""
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline and not all(pid_gone(p) for p in pids):
         time.sleep(0.02)
     assert all(pid_gone(p) for p in pids), [p for p in pids if not pid_gone(p)]
     assert not [p for p in multiprocessing.active_children() if p.pid in pids]
-    assert shm_names() - shm_before == set()
+    assert not names & shm_names()

@@ -21,8 +21,8 @@ from tests.executors.helpers import (
     BACKENDS,
     PROCESS_BACKENDS,
     assert_nothing_left,
+    our_names,
     pid_gone,
-    shm_names,
     worker_pids,
 )
 
@@ -40,9 +40,8 @@ def faulty(fault: str, bad_index: int, backend: str, **options):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exception_in_step(backend) -> None:
-    shm = shm_names()
     env = faulty("step", 3, backend)
-    pids = worker_pids(env) if backend != "serial" else []
+    pids, shm = (worker_pids(env), our_names(env)) if backend != "serial" else ([], set())
     env.reset(seed=0)
     env.step(ZEROS)
     with pytest.raises(EnvWorkerError, match="env 3 raised RuntimeError in step") as caught:
@@ -63,9 +62,8 @@ def test_exception_in_step(backend) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_exception_in_reset(backend) -> None:
-    shm = shm_names()
     env = faulty("reset", 1, backend)
-    pids = worker_pids(env) if backend != "serial" else []
+    pids, shm = (worker_pids(env), our_names(env)) if backend != "serial" else ([], set())
     env.reset(seed=0)
     with pytest.raises(EnvWorkerError, match="env 1 raised ValueError in reset") as caught:
         env.reset(seed=0)
@@ -77,22 +75,19 @@ def test_exception_in_reset(backend) -> None:
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_factory_failure(backend) -> None:
-    shm = shm_names()
     factories = [CountingEnv] * 2 + [functools.partial(CountingEnv, nonsense=1)] + \
         [CountingEnv] * 2
     with pytest.raises(EnvWorkerError, match="env 2 raised TypeError in make") as caught:
         envfleet.make(factories, N, backend=backend)
     assert "nonsense" in caught.value.worker_traceback
-    assert_nothing_left([], shm)
     assert not [p for p in __import__("multiprocessing").active_children()
                 if p.name.startswith("envfleet")]
 
 
 @pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_worker_killed_while_stepping(backend) -> None:
-    shm = shm_names()
     env = faulty("kill", 3, backend)
-    pids = worker_pids(env)
+    pids, shm = worker_pids(env), our_names(env)
     env.reset(seed=0)
     env.step(ZEROS)
     t0 = time.monotonic()
@@ -109,9 +104,8 @@ def test_worker_killed_while_stepping(backend) -> None:
 
 @pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_worker_killed_while_idle(backend) -> None:
-    shm = shm_names()
     env = envfleet.make(CountingEnv, N, backend=backend)
-    pids = worker_pids(env)
+    pids, shm = worker_pids(env), our_names(env)
     env.reset(seed=0)
     os.kill(pids[-1], signal.SIGKILL)
     with pytest.raises(EnvWorkerError, match=r"died unexpectedly \(killed by SIGKILL\)"):
@@ -122,9 +116,8 @@ def test_worker_killed_while_idle(backend) -> None:
 
 @pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_hanging_step_times_out(backend) -> None:
-    shm = shm_names()
     env = faulty("hang", 4, backend, step_timeout=0.5)
-    pids = worker_pids(env)
+    pids, shm = worker_pids(env), our_names(env)
     env.reset(seed=0)
     env.step(ZEROS)
     t0 = time.monotonic()
@@ -138,12 +131,10 @@ def test_hanging_step_times_out(backend) -> None:
 
 
 def test_close_is_idempotent_and_unlinks_with_copy_false_outputs() -> None:
-    shm = shm_names()
     env = envfleet.make(CountingEnv, N, backend="pool", copy=False)
-    pids = worker_pids(env)
+    pids, shm = worker_pids(env), our_names(env)
+    assert len(shm) == 2  # the buffers' segment and the finish-counter's semaphore
     obs, _ = env.reset(seed=0)  # a view of the shared buffers, still held
-    segment = env.unwrapped._buffers[0].name
-    assert segment in shm_names()
     env.close()
     env.close()
     assert_nothing_left(pids, shm)
@@ -153,9 +144,8 @@ def test_close_is_idempotent_and_unlinks_with_copy_false_outputs() -> None:
 
 
 def test_garbage_collected_env_leaves_nothing() -> None:
-    shm = shm_names()
     env = envfleet.make(CountingEnv, 3, backend="pool")
-    pids = worker_pids(env)
+    pids, shm = worker_pids(env), our_names(env)
     del env
     import gc
 
@@ -211,7 +201,7 @@ def test_unpicklable_info_is_reported(backend) -> None:
 def test_envs_with_different_spaces_are_refused(backend) -> None:
     from tests.executors.envs import TupleEnv
 
-    shm = shm_names()
     with pytest.raises((ValueError, EnvWorkerError), match="same spaces"):
         envfleet.make([CountingEnv, CountingEnv, TupleEnv], 3, backend=backend)
-    assert_nothing_left([], shm)
+    assert not [p for p in __import__("multiprocessing").active_children()
+                if p.name.startswith("envfleet")]

@@ -4,7 +4,9 @@ Observations, rewards and flags are written by the workers straight into shared-
 buffers, and the actions are read from them: per batch, the parent writes the actions, sends
 each worker one byte and sleeps until each answers with one byte (``b"k"``; only non-empty
 infos are pickled). W defaults to the usable cores, never more than ``num_envs``; any
-``num_envs`` works (shares differ by one env at most).
+``num_envs`` works (shares differ by one env at most). ``pin_workers=True`` keeps worker w on
+usable core ``w mod cores`` (faster on an otherwise idle machine: no migrations; slower when
+other processes want those cores, hence off by default).
 """
 
 from __future__ import annotations
@@ -28,8 +30,9 @@ class PoolVectorEnv(ProcessVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, pin_workers: bool = False) -> None:
         if num_workers is None:
             num_workers = usable_cores()
         super().__init__(factories, num_workers, autoreset_mode=autoreset_mode, seed=seed,
-                         copy=copy, step_timeout=step_timeout, start_method=start_method)
+                         copy=copy, step_timeout=step_timeout, start_method=start_method,
+                         pin_workers=pin_workers)

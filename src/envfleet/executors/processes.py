@@ -50,11 +50,16 @@ def default_start_method() -> str:
     return "forkserver" if "forkserver" in methods else "spawn"
 
 
-def usable_cores() -> int:
+def usable_core_ids() -> list[int]:
+    """The CPUs this process may run on (empty where the OS does not say)."""
     try:
-        return len(os.sched_getaffinity(0))
+        return sorted(os.sched_getaffinity(0))
     except AttributeError:  # not Linux
-        return os.cpu_count() or 1
+        return []
+
+
+def usable_cores() -> int:
+    return len(usable_core_ids()) or os.cpu_count() or 1
 
 
 def split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
@@ -91,7 +96,8 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
-def _shutdown(workers: list[Worker], buffers: list[SharedBuffers]) -> None:
+def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
+              closers: list[Any] | None = None) -> None:
     """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
     for w in workers:
         with contextlib.suppress(OSError, ValueError):
@@ -114,8 +120,14 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers]) -> None:
     for b in buffers:
         b.close()
         b.unlink()
+    for c in closers or ():
+        if hasattr(c, "close"):
+            with contextlib.suppress(OSError):
+                c.close()
     workers.clear()
     buffers.clear()
+    if closers:
+        closers.clear()
 
 
 class ProcessVectorEnv(ExecutorVectorEnv):
@@ -128,7 +140,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, pin_workers: bool = False) -> None:
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
@@ -139,10 +151,13 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                              f"{step_timeout!r}")
         self.step_timeout = float(step_timeout)
         self.num_workers = min(num_workers, num_envs)
+        self.pin_workers = bool(pin_workers)
         self._workers: list[Worker] = []
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._buffers)
+        self._closers: list[Any] = []  # other connections to close at the end
+        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._buffers,
+                                           self._closers)
         try:
             self._start(factories, start_method or default_start_method())
         except BaseException:
@@ -156,15 +171,25 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if start_method == "forkserver":
             # workers fork from a server that has imported what they need
             ctx.set_forkserver_preload(["envfleet.executors.worker"])
+        cores = usable_core_ids() if self.pin_workers else []
+        lock = done_w = None
+        if self.shared_memory:  # the last worker to finish a batch wakes the parent
+            lock = ctx.Lock()  # a named semaphore: unlinked when the last reference goes
+            self._closers.append(lock)
+            self._done, done_w = ctx.Pipe(duplex=False)
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
+            core = cores[index % len(cores)] if cores else None
             payload = cloudpickle.dumps(factories[start:stop])
             parent_conn, child_conn = ctx.Pipe(duplex=True)
             process = ctx.Process(
                 target=protocol.worker_main, name=f"envfleet-worker-{index}", daemon=True,
-                args=(child_conn, payload, start, index, os.getpid()))
+                args=(child_conn, payload, start, index, os.getpid(), core, lock, done_w))
             process.start()
             child_conn.close()
             self._workers.append(Worker(index, start, stop, process, parent_conn))
+        if done_w is not None:
+            done_w.close()  # the workers hold it now
+            self._closers.append(self._done)
         self._poller = select.poll()
         self._by_fd = {}
         for w in self._workers:
@@ -185,11 +210,13 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if self.shared_memory:
             fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}
             fields["current"] = ((self.num_workers,), np.int64)
+            fields["sync"] = ((2,), np.int64)  # [workers finished, workers expected]
             layout = BufferLayout.of(fields)
             shared = SharedBuffers.create(layout)
             self._buffers.append(shared)
             self._bind(shared.arrays)
             self._current = shared.arrays["current"]
+            self._sync = shared.arrays["sync"]
             for w in self._workers:
                 w.conn.send_bytes(protocol.LAYOUT + pickle.dumps(
                     (layout, shared.name, self.autoreset_mode, w.start)))
@@ -201,6 +228,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 w.conn.send_bytes(protocol.LAYOUT + pickle.dumps(
                     (local, None, self.autoreset_mode, 0)))
         self._gather(self._workers, "make", timeout)
+        if self.shared_memory:
+            self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
         self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
 
     def _setup_local_layout(self, w: Worker) -> BufferLayout:
@@ -242,15 +271,19 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 replies[w.index] = reply
                 waiting.discard(w.index)
         ordered = [replies[w.index] for w in workers]
+        self._raise_errors(ordered)
+        return ordered
+
+    def _raise_errors(self, ordered: list[bytes]) -> None:
+        """Raise the error of the lowest env index among the results, if any."""
         errors = [r for r in ordered if r[:1] == protocol.ERROR]
         if errors:
             failures = sorted(pickle.loads(r[1:]) for r in errors)
             index, what, error_type, text, tb = failures[0]
             if what == "make":
                 self._broken = f"env {index} could not be built"
-                _shutdown(self._workers, self._buffers)
+                _shutdown(self._workers, self._buffers, self._closers)
             raise failure_error(index, what, error_type, text, tb)
-        return ordered
 
     def _send(self, w: Worker, message: bytes, phase: str) -> None:
         try:
@@ -270,7 +303,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         on = f" while running env {env}'s {phase}()" if env is not None else f" during {phase}"
         message = f"{w.describe()} {what}{on}"
         self._broken = message
-        _shutdown(self._workers, self._buffers)
+        _shutdown(self._workers, self._buffers, self._closers)
         raise EnvWorkerError(message, env_index=env)
 
     def _infos(self, workers: list[Worker], replies: list[bytes]) -> tuple[Infos, Infos]:
@@ -291,6 +324,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                     options: dict[str, Any] | None) -> Infos:
         sent = []
+        if self.shared_memory:
+            self._sync[0] = 0
+            self._sync[1] = self.num_workers if mask is None else sum(
+                bool(mask[w.start:w.stop].any()) for w in self._workers)
         for w in self._workers:
             m = None if mask is None else mask[w.start:w.stop]
             if m is not None and not m.any():
@@ -302,6 +339,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _step_envs(self) -> tuple[Infos, Infos]:
         if self.shared_memory:
+            self._sync[0] = 0
+            self._sync[1] = len(self._workers)
             for w in self._workers:
                 self._send(w, protocol.STEP, "step")
         else:
@@ -312,7 +351,51 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return self._exchange(self._workers, "step")
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[Infos, Infos]:
-        return self._infos(workers, self._gather(workers, phase, self.step_timeout))
+        if not self.shared_memory:
+            return self._infos(workers, self._gather(workers, phase, self.step_timeout))
+        return self._infos(workers, self._wait_done(workers, phase))
+
+    def _wait_done(self, workers: list[Worker], phase: str) -> list[bytes]:
+        """Shared memory: sleep until the last worker's ``done`` byte (or a fault); the results
+        of workers with something to say, ``b"k"`` for the others."""
+        replies = {w.index: protocol.OK for w in workers}
+        said: set[int] = set()
+        done_fd = self._done.fileno()
+        deadline = time.monotonic() + self.step_timeout
+        finished = False
+        while not finished:
+            remaining = deadline - time.monotonic()
+            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
+            if not events:
+                busy = [w for w in workers if int(self._current[w.index]) >= 0]
+                self._fatal((busy or workers)[0], f"did not answer within step_timeout="
+                                                  f"{self.step_timeout:g} s", phase)
+            for fd, _ in events:
+                if fd == done_fd:
+                    self._done.recv_bytes()
+                    finished = True
+                else:
+                    self._read_result(self._by_fd[fd], phase, replies, said)
+        # results were written before their workers counted themselves finished
+        for fd, _ in self._poller.poll(0):
+            if fd != done_fd:
+                self._read_result(self._by_fd[fd], phase, replies, said)
+        ordered = [replies[w.index] for w in workers]
+        self._raise_errors(ordered)
+        return ordered
+
+    def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
+                     said: set[int]) -> None:
+        """Read ``w``'s one result of this batch; anything else on its pipe is its death."""
+        if w.index in replies and w.index not in said:
+            try:
+                replies[w.index] = w.conn.recv_bytes()
+                said.add(w.index)
+                return
+            except (EOFError, OSError):
+                pass
+        w.process.join(0.5)
+        self._fatal(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
 
     def _close_executor(self) -> None:
         self._finalizer()

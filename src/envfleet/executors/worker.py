@@ -3,16 +3,21 @@
 A worker builds its share of the envs from cloudpickled factories, reports their spaces, maps
 the batch buffers (shared memory) or keeps its own (pipe transport), then serves commands.
 
-Protocol (``Connection.send_bytes``; one message each way per command):
+Protocol (``Connection.send_bytes`` on the worker's own pipe):
 
 - start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
-  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode))``;
+  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode, row0))``;
   worker -> ``b"k"``.
-- ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport: ``b"s" +
-  pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset; ``b"c"`` close.
-- replies: ``b"k"`` done, nothing to report (the step's hot path: nothing is pickled);
-  ``b"i" + pickle((infos, final infos, output arrays or None))``;
-  ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
+- commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
+  ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
+  ``b"c"`` close.
+- results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
+  None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
+  Pipe transport: one result per command. Shared memory: a result goes through the pipe only
+  when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
+  counter (under a lock) and the last one to finish writes ``b"k"`` to the parent's one
+  ``done`` pipe. A batch without infos costs one byte to each worker and one byte back, and
+  wakes the parent once: nothing is pickled on that path.
 
 A worker exits when the parent's end of its pipe closes (the parent died), when a watchdog
 thread sees the parent process gone (an env stuck in a long call), or on ``b"c"``.
@@ -70,9 +75,25 @@ def _outputs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
     return {k: v for k, v in arrays.items() if k.split(".")[0] in OUTPUT_PREFIXES}
 
 
-def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: int) -> None:
-    """Run envs ``first ..`` (the factories in ``payload``) for the parent ``parent_pid``."""
+def _info_reply(infos: list, finals: list, outputs: dict | None, first: int) -> bytes:
+    try:
+        return INFO + pickle.dumps((infos, finals, outputs), protocol=pickle.HIGHEST_PROTOCOL)
+    except Exception as error:  # an info that cannot be pickled
+        index = (infos or finals or [(first, None)])[0][0]
+        failure = EnvFailure(index, "step", TypeError(
+            f"its info could not be sent to the parent: {error}"))
+        return ERROR + pickle.dumps(failure.as_tuple())
+
+
+def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: int,
+                core: int | None = None, lock: Any = None, done: Any = None) -> None:
+    """Run envs ``first ..`` (the factories in ``payload``) for the parent ``parent_pid``,
+    on CPU ``core`` only when one is given. Shared-memory workers share ``lock`` (guarding the
+    ``sync`` counter: [finished, expected]) and ``done`` (the parent's wake-up pipe)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
+    if core is not None:
+        with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed
+            os.sched_setaffinity(0, {core})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     envs: list[Any] = []
     shared: SharedBuffers | None = None
@@ -114,9 +135,11 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                          arrays, current, slot)
         conn.send_bytes(OK)
         outputs = None if shared is not None else _outputs(arrays)
+        counter = arrays["sync"] if shared is not None else None
         while True:
             message = conn.recv_bytes()
             command = message[:1]
+            reply = OK
             try:
                 if command == STEP:
                     if outputs is not None:  # pipe transport: the actions come pickled
@@ -130,21 +153,22 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     return
                 else:
                     raise RuntimeError(f"unknown command {command!r}")
+                if infos or finals or outputs is not None:
+                    reply = _info_reply(infos, finals, outputs, first)
             except EnvFailure as failure:
-                conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
-                continue
-            if infos or finals or outputs is not None:
-                try:
-                    reply = INFO + pickle.dumps((infos, finals, outputs),
-                                                protocol=pickle.HIGHEST_PROTOCOL)
-                except Exception as error:  # an info that cannot be pickled
-                    index = (infos or finals or [(first, None)])[0][0]
-                    failure = EnvFailure(index, "step", TypeError(
-                        f"its info could not be sent to the parent: {error}"))
-                    reply = ERROR + pickle.dumps(failure.as_tuple())
+                reply = ERROR + pickle.dumps(failure.as_tuple())
+            if counter is None:
                 conn.send_bytes(reply)
-            else:
-                conn.send_bytes(OK)
+                continue
+            # shared memory: a message only when there is something to say; the last worker
+            # to finish wakes the parent (one wake-up per batch, however many workers)
+            if reply != OK:
+                conn.send_bytes(reply)
+            with lock:
+                counter[0] += 1
+                last = counter[0] == counter[1]
+            if last:
+                done.send_bytes(OK)
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the parent is gone or closed the pipe
     finally:
