@@ -118,6 +118,9 @@ def test_disabled(backend) -> None:
     np.testing.assert_array_equal(obs[:, 2:], [[1, 0], [1, 0], [0, 2], [1, 0], [1, 0]])
     obs = env.step(actions(2))[0]  # accepted again
     np.testing.assert_array_equal(obs[:, 3], [1, 1, 3, 1, 1])
+    same, info = env.reset(options={"reset_mask": np.zeros(N, dtype=bool)})  # resets nothing
+    np.testing.assert_array_equal(same, obs)
+    assert info == {}
     env.close()
 
 

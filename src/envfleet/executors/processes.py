@@ -351,6 +351,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return self._exchange(self._workers, "step")
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[Infos, Infos]:
+        if not workers:  # e.g. a reset_mask without any True
+            return [], []
         if not self.shared_memory:
             return self._infos(workers, self._gather(workers, phase, self.step_timeout))
         return self._infos(workers, self._wait_done(workers, phase))
