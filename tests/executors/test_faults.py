@@ -84,6 +84,21 @@ def test_factory_failure(backend) -> None:
                 if p.name.startswith("envfleet")]
 
 
+def _exit_in_factory() -> None:
+    os._exit(3)
+
+
+@pytest.mark.parametrize("backend", PROCESS_BACKENDS)
+def test_worker_dying_while_building_its_envs(backend) -> None:
+    """A worker that dies inside an env factory is reported, not an AttributeError."""
+    factories = [CountingEnv] * 3 + [_exit_in_factory] + [CountingEnv]
+    with pytest.raises(EnvWorkerError, match="died unexpectedly"):
+        envfleet.make(factories, N, backend=backend, **(
+            {"num_workers": 2} if backend == "pool" else {}))
+    assert not [p for p in __import__("multiprocessing").active_children()
+                if p.name.startswith("envfleet")]
+
+
 @pytest.mark.parametrize("backend", PROCESS_BACKENDS)
 def test_worker_killed_while_stepping(backend) -> None:
     env = faulty("kill", 3, backend)

@@ -196,6 +196,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
             self._by_fd[w.conn.fileno()] = w
 
+        self._current = None  # set once the shared buffers exist; read by _fatal before that
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         obs_space, act_space, metadata, render_mode = cloudpickle.loads(hellos[0][1:])
