@@ -5,6 +5,7 @@
 
 from gymnasium.vector import AutoresetMode
 
+from envfleet.executors import EnvWorkerError
 from envfleet.registry import (
     BackendUnavailableError,
     UnknownEnvError,
@@ -18,6 +19,7 @@ __version__ = "0.1.0"
 __all__ = [
     "AutoresetMode",
     "BackendUnavailableError",
+    "EnvWorkerError",
     "UnknownEnvError",
     "available_backends",
     "list_envs",
