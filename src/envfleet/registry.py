@@ -37,7 +37,7 @@ EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
                    ("step_timeout", "start_method")),
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
-             ("num_workers", "step_timeout", "start_method", "pin_workers")),
+             ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size")),
 }
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"
@@ -152,7 +152,8 @@ def make(
     otherwise.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
-    (cuda), ``device`` (torch), ``num_workers`` (pool), ``step_timeout`` and ``start_method``
+    (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
+    num_envs`` is first-ready async ``send``/``recv``), ``step_timeout`` and ``start_method``
     (subprocess, pool). The rest are the env's own parameters: for native envs their params
     (e.g. ``sutton_barto_reward``), for Gymnasium ids ``gymnasium.make``'s keyword arguments.
     ``copy=False`` returns the backend's own buffers (zero-copy, overwritten by the next step),

@@ -155,3 +155,16 @@ class UnpicklableInfoEnv(CountingEnv):
 
         obs, reward, terminated, truncated, _ = super().step(action)
         return obs, reward, terminated, truncated, {"lock": threading.Lock()}
+
+
+class SlowEnv(CountingEnv):
+    """A CountingEnv whose steps take ``delay`` seconds (sleeping, not computing)."""
+
+    def __init__(self, index: int = 0, length: int = 3, delay: float = 0.0) -> None:
+        super().__init__(index, length)
+        self.delay = delay
+
+    def step(self, action):
+        if self.delay:
+            time.sleep(self.delay)
+        return super().step(action)

@@ -146,6 +146,38 @@ class EnvGroup:
         current[slot] = -1  # idle
         return infos, finals
 
+    def step_one(self, j: int) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Step local env ``j`` alone (async mode), with the same autoreset as ``step``;
+        its results go to its buffer rows; returns (info, final info)."""
+        r = self.row0 + j
+        env = self.envs[j]
+        self.current[self.slot] = self.first + j
+        final: dict[str, Any] = {}
+        try:
+            action = self.read_action(self.actions, r)
+            reward, term, trunc = 0.0, False, False
+            if self.mode is AutoresetMode.NEXT_STEP and self.pending[j]:
+                obs, info = env.reset()
+                self.pending[j] = False
+            else:
+                obs, reward, term, trunc, info = env.step(action)
+                if term or trunc:
+                    if self.mode is AutoresetMode.SAME_STEP:
+                        self.write_obs(self.final_obs, r, obs)
+                        final = info
+                        obs, info = env.reset()
+                    elif self.mode is AutoresetMode.NEXT_STEP:
+                        self.pending[j] = True
+            self.write_obs(self.obs, r, obs)
+            self.rewards[r] = reward
+            self.terminated[r] = term
+            self.truncated[r] = trunc
+        except Exception as error:
+            self.current[self.slot] = -1
+            raise EnvFailure(self.first + j, "step", error) from error
+        self.current[self.slot] = -1  # idle
+        return info or {}, final or {}
+
     def _flush(self, rows: slice, rewards: list, terminated: list, truncated: list) -> None:
         self.rewards[rows] = rewards
         self.terminated[rows] = terminated

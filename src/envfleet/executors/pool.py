@@ -7,17 +7,39 @@ infos are pickled). W defaults to the usable cores, never more than ``num_envs``
 ``num_envs`` works (shares differ by one env at most). ``pin_workers=True`` keeps worker w on
 usable core ``w mod cores`` (faster on an otherwise idle machine: no migrations; slower when
 other processes want those cores, hence off by default).
+
+First-ready async (EnvPool's ``send`` / ``recv``): with ``batch_size`` B < N, ``send(actions,
+env_ids)`` writes those envs' actions into the shared buffers and sends each owning worker one
+message with their ids; a worker keeps a queue of envs to step, steps them one at a time and
+reports each env on its pipe as soon as it has written its row (8 bytes, or its pickled infos),
+so a fast env is never held back by a slow env's batch. ``recv()`` sleeps in ``poll(2)`` until
+B envs have reported and returns the B that have waited longest (a FIFO: no env starves), with
+``info["env_id"]``. A worker still runs its own envs one after another, so a slow env delays
+the envs that share its worker: async pools therefore default to small shares
+(``num_workers = min(num_envs, 4 * cores)``). ``reset()`` returns every env's observation as
+usual and also queues them for ``recv()`` (EnvPool's async reset: ``reset(); recv(); send()``
+works, and so does ``reset(); send(all)``); ``step()`` refuses to run when B < N.
 """
 
 from __future__ import annotations
 
+import functools
+import pickle
+import time
 from collections.abc import Callable
+from types import SimpleNamespace
 from typing import Any
 
-from gymnasium.vector import AutoresetMode
+import numpy as np
+from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import batch_space
 
-from envfleet.executors.base import DEFAULT_STEP_TIMEOUT
+from envfleet.executors import processes
+from envfleet.executors import worker as protocol
+from envfleet.executors.actions import check_actions
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.processes import ProcessVectorEnv, usable_cores
+from envfleet.executors.shared_memory import masked_copy
 
 
 class PoolVectorEnv(ProcessVectorEnv):
@@ -30,9 +52,240 @@ class PoolVectorEnv(ProcessVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None, pin_workers: bool = False) -> None:
+                 start_method: str | None = None, pin_workers: bool = False,
+                 batch_size: int | None = None) -> None:
+        num_envs = len(factories)
+        if batch_size is None:
+            batch_size = num_envs
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) \
+                or not 1 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs="
+                             f"{num_envs}, got {batch_size!r}")
+        self.batch_size = int(batch_size)
         if num_workers is None:
             num_workers = usable_cores()
+            if self.batch_size < num_envs:  # async: small shares isolate slow envs
+                num_workers = 4 * num_workers
         super().__init__(factories, num_workers, autoreset_mode=autoreset_mode, seed=seed,
                          copy=copy, step_timeout=step_timeout, start_method=start_method,
                          pin_workers=pin_workers)
+        self._init_async()
+
+    # --- first-ready async (EnvPool's send / recv) ----------------------------------------
+
+    def _init_async(self) -> None:
+        n = self.num_envs
+        self._owner = np.empty(n, dtype=np.int64)  # env -> worker index
+        for w in self._workers:
+            self._owner[w.start:w.stop] = w.index
+        self._in_flight = np.zeros(n, dtype=bool)  # sent, not reported yet
+        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
+        self._ready_infos: dict[int, tuple[dict, dict]] = {}
+        self._action_batch_spaces: dict[int, Any] = {}
+
+    def _clear_async(self, ready: list[int] | None) -> None:
+        self._in_flight[:] = False
+        self._ready = dict.fromkeys(ready or ())
+        self._ready_infos = {}
+
+    def reset(self, *, seed: Any = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """As ``ExecutorVectorEnv.reset``; in async mode envs still stepping are waited for
+        first (their results stay queued for ``recv``), and the reset envs then wait for
+        actions with their reset observations queued for ``recv`` (EnvPool's async reset)."""
+        self._check_usable()
+        if self._in_flight.any():
+            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"))
+        mask = (options or {}).get("reset_mask")
+        result = super().reset(seed=seed, options=options)
+        if mask is None or np.asarray(mask).all():
+            self._clear_async(list(range(self.num_envs)))
+        else:
+            ids = np.flatnonzero(np.asarray(mask)).tolist()
+            for e in ids:
+                self._ready.pop(e, None)
+                self._ready_infos.pop(e, None)
+            self._ready.update(dict.fromkeys(ids))
+        return result
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env (``batch_size == num_envs`` only; async pools use send / recv)."""
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"this pool is asynchronous (batch_size={self.batch_size} < num_envs="
+                f"{self.num_envs}): use send(actions, env_ids) and recv() instead of step()")
+        self._check_usable()
+        if self._in_flight.any():
+            raise RuntimeError(f"{int(self._in_flight.sum())} env(s) sent with send() are still "
+                               f"stepping: recv() them before calling step()")
+        result = super().step(actions)
+        self._clear_async(None)
+        return result
+
+    def send(self, actions: Any, env_ids: Any = None) -> None:
+        """Start stepping envs ``env_ids`` (all envs when None) with ``actions`` (one row per
+        id, in that order); returns at once. Each id must be waiting for an action (returned
+        by ``reset()`` or ``recv()``, not sent since). Nothing moves if anything is refused."""
+        self._check_usable()
+        if not self._has_reset:
+            raise RuntimeError(
+                "call reset() before send()" if self._failure is None else
+                f"a previous call failed ({self._failure}): call reset() before send()")
+        if env_ids is None:
+            ids = np.arange(self.num_envs)
+        else:
+            raw = np.asarray(env_ids)
+            if raw.ndim != 1 or raw.size == 0 or raw.dtype.kind not in "iu":
+                raise ValueError(f"env_ids must be a non-empty 1-D array of ints, got "
+                                 f"{env_ids!r}")
+            ids = raw.astype(np.int64)
+        for e in ids.tolist():
+            if not 0 <= e < self.num_envs:
+                raise ValueError(f"env_ids: no env {e} (num_envs={self.num_envs})")
+        if len(np.unique(ids)) != len(ids):
+            seen: set[int] = set()
+            dup = next(e for e in ids.tolist() if e in seen or seen.add(e))
+            raise ValueError(f"env_ids: env {dup} is given more than once")
+        busy = ids[self._in_flight[ids]]
+        if busy.size:
+            raise ValueError(f"env_ids: env {int(busy[0])} is not waiting for an action (it was "
+                             f"sent one and has not been returned by recv() yet)")
+        k = len(ids)
+        batch = self._action_batch_spaces.get(k)
+        if batch is None:
+            batch = self._action_batch_spaces[k] = batch_space(self.single_action_space, k)
+        disabled = self.autoreset_mode is AutoresetMode.DISABLED
+        try:
+            actions = check_actions(self.single_action_space, batch, actions, k,
+                                    self._needs_reset[ids] if disabled else None)
+        except ValueError as error:
+            raise ValueError(f"{error} (env k of this send is env_ids[k]: "
+                             f"env_ids={ids.tolist()})") from None
+        _assign_rows(self._actions, actions, ids)
+        order = np.argsort(self._owner[ids], kind="stable")
+        by_worker = self._owner[ids][order]
+        cuts = np.flatnonzero(np.diff(by_worker)) + 1
+        for part in np.split(ids[order], cuts):
+            w = self._workers[int(self._owner[part[0]])]
+            self._in_flight[part] = True
+            for e in part.tolist():
+                self._ready.pop(e, None)
+                self._ready_infos.pop(e, None)
+            self._send(w, protocol.SEND + part.astype("<i8").tobytes(), "step")
+
+    def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """The first ``batch_size`` envs to finish (those that have waited longest first):
+        (obs, rewards, terminated, truncated, info), with ``info["env_id"]`` their ids."""
+        self._check_usable()
+        if not self._has_reset:
+            raise RuntimeError(
+                "call reset() before recv()" if self._failure is None else
+                f"a previous call failed ({self._failure}): call reset() before recv()")
+        b = self.batch_size
+        missing = b - len(self._ready)
+        if missing > 0:
+            flying = int(self._in_flight.sum())
+            if flying < missing:
+                raise RuntimeError(
+                    f"recv() needs batch_size={b} envs but only {len(self._ready)} are ready "
+                    f"and {flying} are stepping: send() actions to more envs first")
+            self._run(lambda: self._collect(missing, "step"))
+        ready = iter(self._ready)
+        ids_list = [next(ready) for _ in range(b)]
+        for e in ids_list:
+            del self._ready[e]
+        ids = np.array(ids_list, dtype=np.int64)
+        a = self.arrays
+        obs = _take_rows(self._obs, ids)
+        rewards, terminated, truncated = a["rewards"][ids], a["terminated"][ids], \
+            a["truncated"][ids]
+        if self.autoreset_mode is AutoresetMode.DISABLED:
+            self._needs_reset[ids] = terminated | truncated
+        view = SimpleNamespace(num_envs=b)
+        view._add_info = functools.partial(VectorEnv._add_info, view)
+        infos: dict[str, Any] = {}
+        ended = terminated | truncated
+        if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
+            infos["final_obs"] = masked_copy(_take_rows(self._final_obs, ids), ended)
+            infos["_final_obs"] = ended
+            final_info: dict[str, Any] = {}
+            for k, e in enumerate(ids_list):
+                final = self._ready_infos.get(e, ({}, {}))[1]
+                if final:
+                    final_info = view._add_info(final_info, final, k)
+            infos["final_info"] = final_info
+            infos["_final_info"] = ended.copy()
+        for k, e in enumerate(ids_list):
+            info = self._ready_infos.pop(e, ({}, {}))[0]
+            if info:
+                infos = view._add_info(infos, info, k)
+        infos["env_id"] = ids
+        return obs, rewards, terminated, truncated, infos
+
+    def _collect(self, count: int, phase: str) -> None:
+        """Sleep until ``count`` more envs have reported (or a fault: raised)."""
+        poller, by_fd = self._poller, self._by_fd
+        done_fd = self._done.fileno()
+        deadline = time.monotonic() + self.step_timeout
+        while count > 0:
+            remaining = deadline - time.monotonic()
+            events = poller.poll(remaining * 1000.0) if remaining > 0 else []
+            if not events:
+                owners = set(self._owner[self._in_flight].tolist())
+                busy = [w for w in self._workers
+                        if w.index in owners and int(self._current[w.index]) >= 0]
+                hung = (busy or [w for w in self._workers if w.index in owners])[0]
+                self._fatal(hung, f"did not answer within step_timeout={self.step_timeout:g} s",
+                            phase)
+            for fd, _ in events:
+                if fd == done_fd:
+                    continue  # (not used in async mode)
+                w = by_fd[fd]
+                try:
+                    # every report of this worker that has arrived (the pipe keeps them apart)
+                    while True:
+                        count -= self._report(w.conn.recv_bytes())
+                        if not w.conn.poll():
+                            break
+                except (EOFError, OSError):
+                    w.process.join(0.5)
+                    self._fatal(w, f"died unexpectedly "
+                                   f"({processes._exit_text(w.process.exitcode)})", phase)
+            if events:
+                deadline = time.monotonic() + self.step_timeout
+
+    def _report(self, message: bytes) -> int:
+        kind = message[:1]
+        if kind == protocol.DONE:
+            e = int.from_bytes(message[1:9], "little", signed=True)
+        elif kind == protocol.DONE_INFO:
+            e, info, final = pickle.loads(message[1:])
+            self._ready_infos[e] = (info, final)
+        elif kind == protocol.ERROR:
+            index, what, error_type, text, tb = pickle.loads(message[1:])
+            self._in_flight[index] = False
+            raise failure_error(index, what, error_type, text, tb)
+        else:
+            raise AssertionError(f"unexpected report {kind!r}")
+        self._in_flight[e] = False
+        self._ready[e] = None
+        return 1
+
+
+def _assign_rows(dst: Any, src: Any, ids: np.ndarray) -> None:
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            _assign_rows(sub, src[key], ids)
+    elif isinstance(dst, tuple):
+        for k, sub in enumerate(dst):
+            _assign_rows(sub, src[k], ids)
+    else:
+        dst[ids] = src
+
+
+def _take_rows(src: Any, ids: np.ndarray) -> Any:
+    if isinstance(src, dict):
+        return {key: _take_rows(sub, ids) for key, sub in src.items()}
+    if isinstance(src, tuple):
+        return tuple(_take_rows(sub, ids) for sub in src)
+    return src[ids]

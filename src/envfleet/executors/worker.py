@@ -25,6 +25,7 @@ thread sees the parent process gone (an env stuck in a long call), or on ``b"c"`
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import os
 import pickle
@@ -47,6 +48,9 @@ LAYOUT = b"L"
 STEP = b"s"
 RESET = b"r"
 CLOSE = b"c"
+SEND = b"a"  # async: step these envs (int64 global ids follow), each reported as it finishes
+DONE = b"d"  # async: this env (int64 global id follows) finished its step, no info
+DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info) follow
 OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
 
 
@@ -136,9 +140,32 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         conn.send_bytes(OK)
         outputs = None if shared is not None else _outputs(arrays)
         counter = arrays["sync"] if shared is not None else None
+        queue: collections.deque[int] = collections.deque()  # async: envs to step, in order
         while True:
+            if queue and not conn.poll():
+                # async: step the oldest queued env and report it at once, so that the parent
+                # can hand it out without waiting for this worker's other envs
+                env_id = queue.popleft()
+                try:
+                    info, final = group.step_one(env_id - first)
+                    if info or final:
+                        try:
+                            report = DONE_INFO + pickle.dumps(
+                                (env_id, info, final), protocol=pickle.HIGHEST_PROTOCOL)
+                        except Exception as error:
+                            raise EnvFailure(env_id, "step", TypeError(
+                                f"its info could not be sent to the parent: {error}")) from error
+                    else:
+                        report = DONE + env_id.to_bytes(8, "little", signed=True)
+                except EnvFailure as failure:
+                    report = ERROR + pickle.dumps(failure.as_tuple())
+                conn.send_bytes(report)
+                continue
             message = conn.recv_bytes()
             command = message[:1]
+            if command == SEND:
+                queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
+                continue
             reply = OK
             try:
                 if command == STEP:
