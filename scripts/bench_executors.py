@@ -10,8 +10,10 @@ is built once; the rounds interleave the series (baseline, ours, baseline, ours,
 burst of other work hits every series alike; the table shows the median round and the cores
 other processes kept busy meanwhile (``load``: above ~0.25, the numbers are not clean).
 
-Not a test, and not part of ``envfleet bench`` (``src/envfleet/bench``), which measures native
-kernels against baselines per native env id, one fresh process per point.
+Not a test. ``envfleet bench --backends pool,gym-sync,gym-async,sb3-subproc`` measures the same
+series (for any Gymnasium id, with a --num-workers sweep), one fresh process per point, one
+point at a time; this script is kept for its interleaved rounds over envs built once, which
+give steadier ratios when other processes load the machine in bursts.
 """
 
 from __future__ import annotations

@@ -108,3 +108,71 @@ def test_formatting():
         "0.52×", "2.74×", "31.2×", "1,234×", "0.00026×"]
     assert [envs_label(n) for n in (1, 64, 1024, 65536, 1 << 20, 1000)] == [
         "1", "64", "1k", "64k", "1M", "1000"]
+
+
+def test_executors_and_process_baselines_side_by_side(tmp_path):
+    cmd = [sys.executable, "-m", "envfleet", "bench", "--backends",
+           "serial,subprocess,pool,gym-sync,gym-async", "--num-envs", "4",
+           "--num-workers", "1,2", "--seconds", "0.05", "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+
+    lines = [json.loads(x) for x in (tmp_path / "CartPole-v1.jsonl").read_text().splitlines()]
+    header, points = lines[0], lines[1:]
+    assert header["settings"]["num_workers"] == [1, 2]
+    assert [p["series"] for p in points] == [
+        "serial", "subprocess", "pool 2w", "pool 1w", "gym-sync", "gym-async"]
+    for p in points:
+        assert p["status"] == "ok" and p["steps_per_s"] > 0 and p["num_envs"] == 4, p
+    workers = {p["series"]: p.get("num_workers") for p in points}
+    assert workers["pool 2w"] == 2 and workers["pool 1w"] == 1 and workers["subprocess"] == 4
+
+    md = (tmp_path / "CartPole-v1.md").read_text()
+    assert "pool 2w × gym-sync" in md and "pool 2w × gym-async" in md
+    assert "pool 2w per call" in md
+
+
+def test_defaults_native_id_unchanged_other_ids_get_executors():
+    from envfleet.bench.runner import choose_backends
+
+    native, _ = choose_backends(None, "CartPole-v1", native=True)
+    assert not {"serial", "subprocess", "pool", "gym-async", "sb3-subproc"} & set(native)
+    assert {"numba", "gym-numpy", "gym-sync", "sb3-dummy"} <= set(native)
+    other, notes = choose_backends(None, "Acrobot-v1", native=False)
+    assert other[:3] == ["serial", "subprocess", "pool"]
+    assert {"gym-sync", "gym-async", "sb3-dummy", "sb3-subproc"} <= set(other)
+    assert not {"numba", "torch", "cuda"} & set(other)
+    assert "gym-numpy" not in other and any(n.startswith("gym-numpy") for n in notes)
+
+
+def test_comparisons_and_process_cap():
+    import argparse
+
+    from envfleet.bench.runner import comparisons, plan
+
+    columns = [("numba", "numba"), ("pool 2w", "pool"), ("pool 1w", "pool"),
+               ("gym-numpy", "gym-numpy"), ("gym-sync", "gym-sync"),
+               ("gym-async", "gym-async"), ("sb3-subproc", "sb3-subproc")]
+    primary, pairs = comparisons(columns)
+    assert primary == "numba"
+    assert [p for p in pairs if p[0] == "pool 2w"] == [
+        ("pool 2w", "gym-sync"), ("pool 2w", "gym-async"), ("pool 2w", "sb3-subproc")]
+    assert comparisons([("serial", "serial"), ("gym-sync", "gym-sync")]) == (
+        "serial", [("serial", "gym-sync")])
+
+    args = argparse.Namespace(seconds=0.1, torch_device=None, threads_per_block=None,
+                              num_workers=[3], baseline_max_envs=1000, process_max_envs=8)
+    points, _ = plan("Acrobot-v1", "Acrobot-v1", ["subprocess", "pool", "gym-async"], [8, 16],
+                     [2], args)
+    skipped = {(p.series, p.spec.num_envs) for p in points if p.skip}
+    assert skipped == {("subprocess", 16), ("gym-async", 16)}
+    assert all(p.spec.options == {"num_workers": 3} for p in points if p.series == "pool")
+
+
+def test_bad_env_for_the_backends_is_a_clear_error(tmp_path, capsys):
+    assert main(["bench", "--env", "NoSuchThing-v0", "--out", str(tmp_path)]) == 2
+    assert "unknown env id 'NoSuchThing-v0'" in capsys.readouterr().err
+    assert main(["bench", "--env", "Acrobot-v1", "--backends", "numba,pool",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "'numba' cannot run here" in err and "pool" in err

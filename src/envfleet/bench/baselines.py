@@ -1,15 +1,23 @@
 """Baselines: what a user would pick instead of envfleet, built the way that user builds them.
 
-Each baseline is N copies of the reference Gymnasium env (``NativeEnvSpec.reference_id``):
+Each baseline is N copies of the Gymnasium env (a native env's ``NativeEnvSpec.reference_id``,
+or any Gymnasium id):
 
 - ``gym-sync``: ``gymnasium.make_vec(id, N, vectorization_mode="sync")`` (a ``SyncVectorEnv``
   of N Python envs, stepped in a loop);
 - ``gym-numpy``: ``gymnasium.make_vec(id, N, vectorization_mode="vector_entry_point")``
   (Gymnasium's own NumPy-vectorised env, e.g. ``CartPoleVectorEnv``);
-- ``sb3-dummy``: Stable-Baselines3's ``DummyVecEnv`` over N ``gymnasium.make(id)`` envs.
+- ``gym-async``: ``gymnasium.make_vec(id, N, vectorization_mode="async")`` (an
+  ``AsyncVectorEnv``: one worker process per env, shared-memory observations);
+- ``sb3-dummy``: Stable-Baselines3's ``DummyVecEnv`` over N ``gymnasium.make(id)`` envs;
+- ``sb3-subproc``: Stable-Baselines3's ``SubprocVecEnv`` (one worker process per env, pipes).
+
+The default sweep of a native id measures gym-numpy, gym-sync and sb3-dummy (``NATIVE_DEFAULT``);
+the process-per-env baselines are for comparing envfleet's executors, and are measured by
+default for other Gymnasium ids.
 
 This module only imports Gymnasium at module level; Stable-Baselines3 (which imports torch) is
-imported when a ``sb3-dummy`` env is built, inside the measuring worker.
+imported when an ``sb3-*`` env is built, inside the measuring worker.
 """
 
 from __future__ import annotations
@@ -25,6 +33,9 @@ import numpy as np
 #: Python-loop baselines hold one Python env object per env (~6-10 KB each, seconds to build
 #: 65,536 of them): by default they are not measured above this many envs.
 PYTHON_LOOP_MAX_ENVS = 65_536
+#: baselines and executors that start one process per env are not measured above this many
+#: envs by default
+PROCESS_MAX_ENVS = 256
 
 
 @dataclass(frozen=True)
@@ -37,6 +48,8 @@ class Baseline:
     python_loop: bool
     build: Callable[[str, int, int], BaselineEnv]
     requires: str | None = None  # an optional module it needs
+    #: starts one worker process per env (bounded by ``--process-max-envs``)
+    process_per_env: bool = False
 
     def status(self, reference_id: str) -> str | None:
         """None when this baseline can run ``reference_id`` here, else the reason it cannot."""
@@ -82,6 +95,28 @@ def _sb3_dummy(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
     )
 
 
+def _sb3_subproc(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
+    import multiprocessing
+
+    from stable_baselines3.common.vec_env import SubprocVecEnv
+
+    # SB3's default start method (forkserver) would import SB3 and torch again in every worker
+    # (~1-3 s of CPU each: 32 workers took 90 s to build on 2 cores); preloading them in the
+    # forkserver makes each worker a plain fork of it. The workers' code is unchanged.
+    multiprocessing.set_forkserver_preload([SubprocVecEnv.__module__])
+    env = SubprocVecEnv([lambda: gymnasium.make(env_id)] * num_envs)
+
+    def reset() -> np.ndarray:
+        env.seed(seed)
+        return env.reset()
+
+    return BaselineEnv(
+        reset=reset, step=env.step,
+        action_space=gymnasium.vector.utils.batch_space(env.action_space, num_envs),
+        close=env.close,
+    )
+
+
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
@@ -90,5 +125,13 @@ BASELINES: dict[str, Baseline] = {
         Baseline("gym-sync", "Gymnasium SyncVectorEnv (make_vec sync)", True, _gym_vector("sync")),
         Baseline("sb3-dummy", "Stable-Baselines3 DummyVecEnv", True, _sb3_dummy,
                  requires="stable_baselines3"),
+        Baseline("gym-async", "Gymnasium AsyncVectorEnv (make_vec async)", True,
+                 _gym_vector("async"), process_per_env=True),
+        Baseline("sb3-subproc", "Stable-Baselines3 SubprocVecEnv", True, _sb3_subproc,
+                 requires="stable_baselines3", process_per_env=True),
     )
 }
+#: the baselines a native id's default sweep measures (what ``envfleet bench`` always showed)
+NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy")
+#: the baselines envfleet's executors (``pool``) are compared with in the ratio columns
+EXECUTOR_RIVALS = ("gym-sync", "gym-async", "sb3-subproc")

@@ -1,4 +1,4 @@
-"""Measuring one point (a backend or baseline at one num_envs and thread count).
+"""Measuring one point (a backend or baseline at one num_envs and thread or worker count).
 
 Every point runs in its own fresh process (``python -m envfleet.bench.measure SPEC_JSON``):
 each point gets a clean heap, its own JIT compile (reported apart), its own thread pool, and a
@@ -25,6 +25,8 @@ from typing import Any
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
 NATIVE_BACKENDS = ("numba", "torch", "cuda")
+#: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``)
+EXECUTOR_BACKENDS = ("serial", "subprocess", "pool")
 
 
 @dataclass(frozen=True)
@@ -32,8 +34,8 @@ class PointSpec:
     """What one worker process measures."""
 
     env_id: str  # envfleet's id (native backends)
-    reference_id: str  # the Gymnasium id (baselines)
-    backend: str  # a native backend or a baseline name
+    reference_id: str  # the Gymnasium id (executors and baselines)
+    backend: str  # a native backend, an executor or a baseline name
     num_envs: int
     threads: int | None = None  # numba threads (None: not applicable)
     seconds: float = 1.0
@@ -87,6 +89,40 @@ def timed_loop(step: Callable[[], Any], sync: Callable[[], None], seconds: float
     return calls, elapsed, per_call[len(per_call) // 2]
 
 
+def tree_cpu_seconds(root: int | None = None) -> float | None:
+    """CPU seconds used so far by process ``root`` (default: this one) and every live
+    descendant (worker processes, a forkserver and its children), read from /proc."""
+    root = os.getpid() if root is None else root
+    parent: dict[int, int] = {}
+    used: dict[int, float] = {}
+    try:
+        names = os.listdir("/proc")
+    except OSError:  # not Linux
+        return None
+    tick = os.sysconf("SC_CLK_TCK")
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{name}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        pid = int(name)
+        parent[pid] = int(fields[1])
+        used[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
+    if root not in used:
+        return None
+    total = 0.0
+    for pid in used:
+        p = pid
+        while p > 1 and p != root:
+            p = parent.get(p, 0)
+        if p == root:
+            total += used[pid]
+    return total
+
+
 def _is_tensor(x: Any) -> bool:
     """A torch tensor (NumPy 2 arrays have a ``device`` too: the string "cpu")."""
     return type(x).__module__.startswith("torch")
@@ -129,11 +165,11 @@ def _import_for(backend: str) -> None:
     """Import what building ``backend`` imports, so that the build time excludes it."""
     import gymnasium  # noqa: F401
 
-    if backend in NATIVE_BACKENDS:
+    if backend in NATIVE_BACKENDS or backend in EXECUTOR_BACKENDS:
         import envfleet  # noqa: F401
-    if backend in ("torch", "cuda", "sb3-dummy"):
+    if backend in ("torch", "cuda", "sb3-dummy", "sb3-subproc"):
         import torch  # noqa: F401
-    if backend == "sb3-dummy":
+    if backend.startswith("sb3-"):
         import stable_baselines3  # noqa: F401
 
 
@@ -142,20 +178,24 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
                               "threads": spec.threads, "device": "cpu"}
     native = spec.backend in NATIVE_BACKENDS
+    executor = spec.backend in EXECUTOR_BACKENDS
     t0 = time.perf_counter()
     _import_for(spec.backend)
     result["import_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
-    if native:
+    if native or executor:
         import envfleet
 
         options = dict(spec.options)
         if spec.backend == "numba":
             options["num_threads"] = spec.threads
-        env = envfleet.make(spec.env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
-                            **options)
+        env = envfleet.make(spec.reference_id if executor else spec.env_id, spec.num_envs,
+                            backend=spec.backend, seed=spec.seed, **options)
         reset, step_env, batched_actions, close = (
             lambda: env.reset(seed=spec.seed)[0], env.step, env.action_space, env.close)
+        if executor:  # worker processes (pool: as many as it actually started)
+            result["num_workers"] = getattr(env.unwrapped, "num_workers",
+                                            spec.num_envs if spec.backend == "subprocess" else 0)
     else:
         from envfleet.bench.baselines import BASELINES
 
@@ -191,8 +231,17 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         if time.perf_counter() - t0 >= 0.1 * spec.seconds:
             break
 
+    # executors and process-per-env baselines do their work in other processes: the cores
+    # other processes kept busy are measured here, over the timed loop, net of this process tree
+    tree = executor or spec.backend in ("gym-async", "sb3-subproc")
+    before = (cpu_seconds(), tree_cpu_seconds()) if tree else None
     calls, elapsed, median = timed_loop(lambda: step_env(actions), sync, spec.seconds,
                                         spec.min_calls)
+    if before is not None:
+        machine, ours = cpu_seconds(), tree_cpu_seconds()
+        if before[0] is not None and machine is not None and None not in (before[1], ours):
+            result["timed_background_load"] = background_load(
+                (before[0][0], before[1]), (machine[0], ours), elapsed)
     close()
     result.update(
         status="ok",
@@ -273,7 +322,10 @@ def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None
     extra = {"wall_s": wall, "background_load": background_load(cpu0, cpu_seconds(), wall)}
     for line in reversed(proc.stdout.splitlines()):
         if line.startswith(RESULT_TAG):
-            return {**json.loads(line[len(RESULT_TAG):]), **extra}
+            result = json.loads(line[len(RESULT_TAG):])
+            if "timed_background_load" in result:  # other processes' load, net of the workers
+                extra["background_load"] = result.pop("timed_background_load")
+            return {**result, **extra}
     tail = (proc.stderr or proc.stdout).strip().splitlines()[-3:]
     return {**base, "status": "failed", **extra,
             "error": f"worker exited with code {proc.returncode}: " + " | ".join(tail)}

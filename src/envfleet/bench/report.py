@@ -2,8 +2,9 @@
 
 Rows are the dicts the measuring workers return, with ``series`` (the column they belong to)
 added by the runner. The throughput table has one row per num_envs and one column per series,
-then one ratio column per baseline (the primary native series divided by that baseline, at the
-same num_envs, from the same run) and the primary series' µs per call.
+then one ratio column per compared pair (by default the primary series divided by each
+baseline; the runner also compares ``pool`` with the process-based baselines), at the same
+num_envs, from the same run, and the primary series' µs per call.
 """
 
 from __future__ import annotations
@@ -150,22 +151,30 @@ class Results:
     """The measured rows, indexed by (series, num_envs)."""
 
     def __init__(self, rows: Iterable[dict[str, Any]], series: list[str],
-                 primary: str | None) -> None:
+                 primary: str | None,
+                 comparisons: list[tuple[str, str]] | None = None) -> None:
+        """``comparisons``: the (ours, baseline) ratio columns; default: the primary series
+        against every baseline series."""
         self.rows = [r for r in rows if r.get("type", "point") == "point"]
         self.series = series
         self.primary = primary
         self.by_key = {(r["series"], r["num_envs"]): r for r in self.rows}
         self.num_envs = sorted({r["num_envs"] for r in self.rows})
-        # a ratio column for each baseline that has at least one measured point
-        self.baselines = [s for s in series if s in BASELINES and
-                          any(_ok(self.by_key.get((s, n))) for n in self.num_envs)]
+        if comparisons is None:
+            comparisons = [(primary, s) for s in series if s in BASELINES] if primary else []
+        # a ratio column for each pair whose baseline has at least one measured point
+        self.comparisons = [(ours, b) for ours, b in comparisons if
+                            any(_ok(self.by_key.get((b, n))) for n in self.num_envs)]
+        self.baselines = list(dict.fromkeys(b for _, b in self.comparisons))
 
     def get(self, series: str, n: int) -> dict[str, Any] | None:
         return self.by_key.get((series, n))
 
-    def ratio(self, baseline: str, n: int) -> float | None:
-        """Primary steps/s over ``baseline`` steps/s at ``n`` envs, when both were measured."""
-        p, b = self.get(self.primary, n) if self.primary else None, self.get(baseline, n)
+    def ratio(self, baseline: str, n: int, ours: str | None = None) -> float | None:
+        """``ours`` (default: the primary) steps/s over ``baseline`` steps/s at ``n`` envs,
+        when both were measured."""
+        ours = ours or self.primary
+        p, b = self.get(ours, n) if ours else None, self.get(baseline, n)
         if _ok(p) and _ok(b) and b["steps_per_s"] > 0:
             return p["steps_per_s"] / b["steps_per_s"]
         return None
@@ -173,14 +182,14 @@ class Results:
     def throughput_table(self) -> tuple[list[str], list[list[tuple[str, str]]]]:
         """Header and cells (text, style) of the steps/s table."""
         header = ["num_envs", *self.series]
-        header += [f"{self.primary} × {b}" for b in self.baselines]
+        header += [f"{ours} × {b}" for ours, b in self.comparisons]
         if self.primary:
             header.append(f"{self.primary} per call")
         body = []
         for n in self.num_envs:
             cells = [(f"{n:,}", "")] + [_cell(self.get(s, n)) for s in self.series]
-            for b in self.baselines:
-                r = self.ratio(b, n)
+            for ours, b in self.comparisons:
+                r = self.ratio(b, n, ours)
                 cells.append((ratio(r), "bold green" if r >= 1 else "yellow") if r else ("", ""))
             if self.primary:
                 p = self.get(self.primary, n)

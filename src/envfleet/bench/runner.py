@@ -1,8 +1,13 @@
 """``envfleet bench``: plan the sweep, measure each point in a fresh process, report.
 
-The sweep is every (backend or baseline, num_envs, numba thread count) point; points run one
-at a time (they would compete for the cores otherwise), smallest num_envs first, all series at
-one num_envs before the next, so a run cut short still has complete rows.
+The sweep is every (backend or baseline, num_envs, numba thread count or pool worker count)
+point; points run one at a time (they would compete for the cores otherwise), smallest num_envs
+first, all series at one num_envs before the next, so a run cut short still has complete rows.
+
+A native id (``CartPole-v1``) is measured by default on its native backends next to gym-numpy,
+gym-sync and sb3-dummy; any other Gymnasium id on envfleet's executors (serial, subprocess,
+pool) next to every baseline that can run it. Executors can be asked for on a native id too
+(they run the Gymnasium env of the same id).
 """
 
 from __future__ import annotations
@@ -26,8 +31,15 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from envfleet.bench.baselines import BASELINES, PYTHON_LOOP_MAX_ENVS
+from envfleet.bench.baselines import (
+    BASELINES,
+    EXECUTOR_RIVALS,
+    NATIVE_DEFAULT,
+    PROCESS_MAX_ENVS,
+    PYTHON_LOOP_MAX_ENVS,
+)
 from envfleet.bench.measure import (
+    EXECUTOR_BACKENDS,
     NATIVE_BACKENDS,
     PointSpec,
     background_load,
@@ -49,20 +61,29 @@ from envfleet.bench.report import (
 from envfleet.cli import CommandError
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
-ALL_BACKENDS = (*NATIVE_BACKENDS, *BASELINES)
+#: the default sweep for a non-native id (executors: one Python env per env, processes)
+DEFAULT_EXECUTOR_NUM_ENVS = (1, 8, 64, 256)
+ALL_BACKENDS = (*NATIVE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` subcommand's options."""
-    parser.add_argument("--env", default="CartPole-v1", help="env id (default: %(default)s)")
+    parser.add_argument("--env", default="CartPole-v1",
+                        help="env id: a native id or any Gymnasium id (default: %(default)s)")
     parser.add_argument(
         "--backends", type=_names,
-        help=f"comma list of native backends and baselines: {', '.join(ALL_BACKENDS)} "
-             "(default: every one that can run here; cuda not under the CUDA simulator)")
+        help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
+             f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; other ids: the "
+             "executors and every baseline; each only if it can run here, cuda not under "
+             "the CUDA simulator)")
     parser.add_argument(
-        "--num-envs", type=_ints, default=DEFAULT_NUM_ENVS, metavar="N,N,...",
-        help="comma list of batch sizes (default: "
-             f"{','.join(map(str, DEFAULT_NUM_ENVS))})")
+        "--num-envs", type=_ints, metavar="N,N,...",
+        help="comma list of batch sizes (default, native id: "
+             f"{','.join(map(str, DEFAULT_NUM_ENVS))}; other ids: "
+             f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
+    parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
+                        help="comma list of pool worker counts to sweep "
+                             "(default: the pool's own, the usable cores)")
     parser.add_argument("--seconds", type=_positive_float, default=1.0,
                         help="timed stepping per point, after warm-up (default: %(default)s)")
     parser.add_argument("--threads", type=_ints, metavar="T,T,...",
@@ -73,8 +94,13 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "(default: ./%(default)s)")
     parser.add_argument(
         "--baseline-max-envs", type=_positive_int, default=PYTHON_LOOP_MAX_ENVS, metavar="N",
-        help="largest num_envs for the baselines that build one Python env per env "
-             f"({', '.join(b.name for b in BASELINES.values() if b.python_loop)}; "
+        help="largest num_envs for the baselines and executors that build one Python env per "
+             f"env ({', '.join(b.name for b in BASELINES.values() if b.python_loop)}, "
+             f"{', '.join(EXECUTOR_BACKENDS)}; default: %(default)s)")
+    parser.add_argument(
+        "--process-max-envs", type=_positive_int, default=PROCESS_MAX_ENVS, metavar="N",
+        help="largest num_envs for those that start one process per env (subprocess, "
+             f"{', '.join(b.name for b in BASELINES.values() if b.process_per_env)}; "
              "default: %(default)s)")
     parser.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
                         help="wall-clock limit per point, build included (default: %(default)s)")
@@ -144,15 +170,23 @@ def _usable_cores() -> int:
     return usable_cores()
 
 
-def choose_backends(requested: list[str] | None, reference_id: str
+def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True
                     ) -> tuple[list[str], list[str]]:
-    """(backends to measure, notes on those left out). Explicit requests must be runnable."""
+    """(backends to measure, notes on those left out). Explicit requests must be runnable.
+
+    ``native``: the env id is a native one (native backends can run it; the default is its
+    native backends and ``NATIVE_DEFAULT``); else the default is the executors and every
+    baseline.
+    """
     import envfleet
-    from envfleet.registry import backend_status
+    from envfleet.registry import NATIVE_ENVS, backend_status
 
     def status(name: str) -> str | None:
         if name in BASELINES:
             return BASELINES[name].status(reference_id)
+        if name in NATIVE_BACKENDS and not native:
+            return (f"native backends run envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
+                    f"{reference_id!r} runs on the executors ({', '.join(EXECUTOR_BACKENDS)})")
         return backend_status(name)
 
     if requested is not None:
@@ -168,7 +202,8 @@ def choose_backends(requested: list[str] | None, reference_id: str
 
     chosen, notes = [], []
     available = envfleet.available_backends()
-    for b in ALL_BACKENDS:
+    default = (*NATIVE_BACKENDS, *NATIVE_DEFAULT) if native else (*EXECUTOR_BACKENDS, *BASELINES)
+    for b in default:
         if b in NATIVE_BACKENDS and b not in available:
             notes.append(f"{b}: {backend_status(b)}")
         elif b == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -186,33 +221,70 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
          ) -> tuple[list[Planned], list[tuple[str, str]]]:
     """Every point in run order, and the series (label, backend) in table-column order."""
     native = [b for b in backends if b in NATIVE_BACKENDS]
+    executors = [b for b in backends if b in EXECUTOR_BACKENDS]
     baselines = [b for b in backends if b in BASELINES]
-    series: list[tuple[str, str, int | None]] = []  # (label, backend, threads)
+    workers = getattr(args, "num_workers", None) or [None]
+    # (label, backend, numba threads, pool workers)
+    series: list[tuple[str, str, int | None, int | None]] = []
     for b in native:
         if b == "numba":
-            series += [(f"numba {t}t" if len(threads) > 1 else "numba", b, t)
+            series += [(f"numba {t}t" if len(threads) > 1 else "numba", b, t, None)
                        for t in sorted(threads, reverse=True)]
         else:
-            series.append((b, b, None))
-    series += [(b, b, None) for b in baselines]
+            series.append((b, b, None, None))
+    for b in executors:
+        if b == "pool":
+            series += [(f"pool {w}w" if len(workers) > 1 else "pool", b, None, w)
+                       for w in sorted(workers, reverse=True)]
+        else:
+            series.append((b, b, None, None))
+    series += [(b, b, None, None) for b in baselines]
 
+    max_python = getattr(args, "baseline_max_envs", PYTHON_LOOP_MAX_ENVS)
+    max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
     points = []
     for n in num_envs:
-        for label, backend, t in series:
+        for label, backend, t, w in series:
             options: dict[str, Any] = {}
             if backend == "torch" and args.torch_device:
                 options["device"] = args.torch_device
             if backend == "cuda" and args.threads_per_block:
                 options["threads_per_block"] = args.threads_per_block
+            if backend == "pool" and w is not None:
+                options["num_workers"] = w
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
                              num_envs=n, threads=t, seconds=args.seconds, options=options)
             skip = None
-            if backend in BASELINES and BASELINES[backend].python_loop \
-                    and n > args.baseline_max_envs:
-                skip = (f"above --baseline-max-envs {args.baseline_max_envs:,} "
+            baseline = BASELINES.get(backend)
+            if (backend == "subprocess" or (baseline and baseline.process_per_env)) \
+                    and n > max_processes:
+                skip = (f"above --process-max-envs {max_processes:,} "
+                        "(one worker process per env)")
+            elif (backend in EXECUTOR_BACKENDS or (baseline and baseline.python_loop)) \
+                    and n > max_python:
+                skip = (f"above --baseline-max-envs {max_python:,} "
                         "(one Python env object per env: slow to build, ~6-10 KB each)")
             points.append(Planned(label, spec, skip))
-    return points, [(label, backend) for label, backend, _ in series]
+    return points, [(label, backend) for label, backend, _, _ in series]
+
+
+def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[str, str]]]:
+    """(the primary series, the (ours, baseline) pairs of the ratio columns).
+
+    The first native series (numba at the most threads) is compared with every baseline; the
+    first pool series (the most workers) with ``EXECUTOR_RIVALS``. The primary series (its
+    per-call cost is shown) is the first native series, else the first pool series, else the
+    first executor series.
+    """
+    native = next((label for label, b in columns if b in NATIVE_BACKENDS), None)
+    pool = next((label for label, b in columns if b == "pool"), None)
+    executor = next((label for label, b in columns if b in EXECUTOR_BACKENDS), None)
+    baselines = [label for label, b in columns if b in BASELINES]
+    pairs = [(native, b) for b in baselines] if native else []
+    ours = pool or (executor if native is None else None)
+    if ours:
+        pairs += [(ours, b) for b in baselines if b in EXECUTOR_RIVALS]
+    return native or ours, pairs
 
 
 # --- running -----------------------------------------------------------------------------------
@@ -257,34 +329,45 @@ def _summary(row: dict[str, Any]) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write the reports; 1 when a point failed, else 0."""
     from envfleet import UnknownEnvError
-    from envfleet.registry import _native_spec  # the same lookup (and error) as make()
+    from envfleet.registry import _gym_spec, _native_name, _native_spec  # make()'s lookups
 
     t_start = time.perf_counter()
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    native = _native_name(args.env) is not None
     try:
-        env_spec = _native_spec(args.env)
+        if native:
+            native_spec = _native_spec(args.env)
+            env_id, reference_id = native_spec.id, native_spec.reference_id
+        else:
+            _gym_spec(args.env)
+            env_id = reference_id = args.env
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
-    backends, notes = choose_backends(args.backends, env_spec.reference_id)
+    backends, notes = choose_backends(args.backends, reference_id, native)
     if not backends:
         raise CommandError("nothing to measure: no backend can run here")
+    if args.num_workers and "pool" not in backends:
+        raise CommandError("--num-workers sweeps the pool backend, which is not measured")
+    num_envs = args.num_envs or list(DEFAULT_NUM_ENVS if native else DEFAULT_EXECUTOR_NUM_ENVS)
     threads = args.threads or [_usable_cores()]
-    points, columns = plan(env_spec.id, env_spec.reference_id, backends, args.num_envs,
-                           threads, args)
+    points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
     series = [label for label, _ in columns]
-    # the ratio columns compare the first native series (numba at the most threads) to baselines
-    primary = next((label for label, b in columns if b in NATIVE_BACKENDS), None)
+    # ratio columns: the first native series vs every baseline, pool vs EXECUTOR_RIVALS
+    primary, pairs = comparisons(columns)
 
     info = machine_info()
-    settings = {"env": env_spec.id, "backends": backends, "num_envs": args.num_envs,
+    settings = {"env": env_id, "backends": backends, "num_envs": num_envs,
                 "threads": threads, "seconds": args.seconds,
                 "baseline_max_envs": args.baseline_max_envs, "timeout_s": args.timeout}
+    if any(b in EXECUTOR_BACKENDS or BASELINES[b].process_per_env
+           for b in backends if b not in NATIVE_BACKENDS):
+        settings.update(num_workers=args.num_workers, process_max_envs=args.process_max_envs)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = env_spec.id.replace("/", "_")
+    stem = env_id.replace("/", "_").replace(":", "_")
     jsonl = JsonLines(args.out / f"{stem}.jsonl", {**info, "settings": settings})
 
-    console.print(f"[bold]envfleet bench[/] {env_spec.id}: {', '.join(series)} at num_envs "
-                  f"{', '.join(f'{n:,}' for n in args.num_envs)}; {args.seconds:g} s per point, "
+    console.print(f"[bold]envfleet bench[/] {env_id}: {', '.join(series)} at num_envs "
+                  f"{', '.join(f'{n:,}' for n in num_envs)}; {args.seconds:g} s per point, "
                   f"each in a fresh process. {info['cpu']}, {info['usable_cores']} usable cores.")
     for note in notes:
         console.print(f"[dim]not measured: {escape(note)}[/]")
@@ -307,6 +390,8 @@ def run(args: argparse.Namespace) -> int:
                 what = f"{p.series} num_envs={s.num_envs:,}"
                 if s.threads:
                     what += f" threads={s.threads}"
+                if "num_workers" in s.options:
+                    what += f" workers={s.options['num_workers']}"
                 progress.update(task, description=f"measuring {what}")
                 skip = p.skip or dead.get(p.series)
                 if skip:
@@ -317,7 +402,7 @@ def run(args: argparse.Namespace) -> int:
                         wait_until_quiet(args.wait_quiet, progress, task, what)
                         progress.update(task, description=f"measuring {what}")
                     row = run_point(s, args.timeout, env=_worker_env(s))
-                row = {"type": "point", "series": p.series, "env": env_spec.id, **row}
+                row = {"type": "point", "series": p.series, "env": env_id, **row}
                 if row["status"] == "timeout":
                     dead[p.series] = f"timed out at {s.num_envs:,} envs"
                 elif row.get("unavailable"):
@@ -333,12 +418,17 @@ def run(args: argparse.Namespace) -> int:
     finally:
         jsonl.close()
 
-    results = Results(rows, series, primary)
+    results = Results(rows, series, primary, pairs)
     if not results.num_envs:
         return 130 if interrupted else 1
+    if primary and {ours for ours, _ in results.comparisons} <= {primary}:
+        what = f"; ratios = {primary} / baseline at the same num_envs)"
+    elif results.comparisons:
+        what = "; ratios a × b = a / b at the same num_envs)"
+    else:
+        what = ")"
     main_table, startup = rich_tables(
-        results, f"{env_spec.id} steps/s ({args.seconds:g} s per point"
-                 + (f"; ratios = {primary} / baseline at the same num_envs)" if primary else ")"))
+        results, f"{env_id} steps/s ({args.seconds:g} s per point" + what)
     console.print(main_table)
     console.print(startup)
     for line in results.problems():
@@ -346,9 +436,9 @@ def run(args: argparse.Namespace) -> int:
 
     command = "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
     md_path = args.out / f"{stem}.md"
-    md_path.write_text(markdown(results, env_spec.id, info, settings, command))
+    md_path.write_text(markdown(results, env_id, info, settings, command))
     png_path = args.out / f"{stem}.png"
-    why_not = plot(results, env_spec.id, info, png_path)
+    why_not = plot(results, env_id, info, png_path)
     written = [jsonl.path, md_path] + ([] if why_not else [png_path])
     console.print(f"wrote {', '.join(map(str, written))} in "
                   f"{time.perf_counter() - t_start:.0f} s")
