@@ -22,6 +22,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from envfleet.native.vector_env import parse_autoreset_mode
+
 try:
     from stable_baselines3.common.vec_env import VecEnv
     from stable_baselines3.common.vec_env.base_vec_env import (
@@ -57,7 +59,7 @@ def to_sb3(env: Any, num_envs: int | None = None, **make_kwargs: Any) -> SB3VecE
     elif isinstance(env, str | Sequence) or (callable(env) and not isinstance(env, VecEnv)):
         if num_envs is None:
             raise TypeError(f"to_sb3({env!r}) needs num_envs: to_sb3(env, num_envs, ...)")
-        mode = _parse_mode(make_kwargs.pop("autoreset_mode", AutoresetMode.SAME_STEP))
+        mode = parse_autoreset_mode(make_kwargs.pop("autoreset_mode", AutoresetMode.SAME_STEP))
         if mode is not AutoresetMode.SAME_STEP:
             raise ValueError(
                 f"to_sb3 builds its env in SAME_STEP mode (what SB3 expects); got "
@@ -313,7 +315,7 @@ def _check_vector_env(env: Any) -> None:
             "to_sb3 takes a gymnasium.vector.VectorEnv, an env id or env factories, got "
             f"{type(env).__name__}"
         )
-    mode = _parse_mode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
+    mode = parse_autoreset_mode(env.metadata.get("autoreset_mode", AutoresetMode.NEXT_STEP))
     if mode is not AutoresetMode.SAME_STEP:
         raise ValueError(
             f"{env!r} is in {mode.value} autoreset mode, but SB3 needs SAME_STEP (an ended env "
@@ -322,16 +324,6 @@ def _check_vector_env(env: Any) -> None:
             "envfleet.make(id, num_envs, autoreset_mode='SameStep', ...), or let to_sb3 build "
             "it: to_sb3(id, num_envs, ...)"
         )
-
-
-def _parse_mode(mode: Any) -> AutoresetMode:
-    if isinstance(mode, AutoresetMode):
-        return mode
-    try:
-        return AutoresetMode(mode)
-    except ValueError:
-        valid = ", ".join(repr(m.value) for m in AutoresetMode)
-        raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
 
 
 def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:

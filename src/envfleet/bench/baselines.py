@@ -82,17 +82,8 @@ def _gym_vector(mode: str) -> Callable[[str, int, int], BaselineEnv]:
 def _sb3_dummy(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    env = DummyVecEnv([lambda: gymnasium.make(env_id)] * num_envs)
-
-    def reset() -> np.ndarray:
-        env.seed(seed)
-        return env.reset()
-
-    return BaselineEnv(
-        reset=reset, step=env.step,
-        action_space=gymnasium.vector.utils.batch_space(env.action_space, num_envs),
-        close=env.close,
-    )
+    return _sb3_baseline(DummyVecEnv([lambda: gymnasium.make(env_id)] * num_envs), num_envs,
+                         seed)
 
 
 def _sb3_subproc(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
@@ -104,7 +95,12 @@ def _sb3_subproc(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
     # (~1-3 s of CPU each: 32 workers took 90 s to build on 2 cores); preloading them in the
     # forkserver makes each worker a plain fork of it. The workers' code is unchanged.
     multiprocessing.set_forkserver_preload([SubprocVecEnv.__module__])
-    env = SubprocVecEnv([lambda: gymnasium.make(env_id)] * num_envs)
+    return _sb3_baseline(SubprocVecEnv([lambda: gymnasium.make(env_id)] * num_envs), num_envs,
+                         seed)
+
+
+def _sb3_baseline(env: Any, num_envs: int, seed: int) -> BaselineEnv:
+    """An SB3 VecEnv as a baseline: SB3 seeds through ``seed()`` before ``reset()``."""
 
     def reset() -> np.ndarray:
         env.seed(seed)

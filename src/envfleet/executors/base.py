@@ -26,7 +26,7 @@ from envfleet.executors.shared_memory import (
     masked_copy,
     nest,
 )
-from envfleet.native.vector_env import check_seed
+from envfleet.native.vector_env import check_reset_mask, check_seed
 
 DEFAULT_STEP_TIMEOUT = 60.0
 
@@ -187,12 +187,7 @@ class ExecutorVectorEnv(VectorEnv):
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
         if mask is not None:
-            mask = np.asarray(mask)
-            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
-                    f"got dtype {mask.dtype} and shape {mask.shape}"
-                )
+            mask = check_reset_mask(mask, self.num_envs)
             if mask.all():
                 mask = None
             elif not self._has_reset:

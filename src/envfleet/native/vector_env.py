@@ -63,6 +63,17 @@ def check_seed(seed: Any, name: str = "seed") -> int:
     return int(seed)
 
 
+def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """``options["reset_mask"]`` is a bool array with one entry per env."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (num_envs,):
+        raise ValueError(
+            f"options['reset_mask'] must be a bool array of shape ({num_envs},), "
+            f"got dtype {mask.dtype} and shape {mask.shape}"
+        )
+    return mask
+
+
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one given per env."""
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
@@ -125,12 +136,7 @@ class NativeVectorEnv(VectorEnv):
         if options:
             raise ValueError(f"unknown reset options {sorted(options)}; supported: 'reset_mask'")
         if mask is not None:
-            mask = np.asarray(mask)
-            if mask.dtype != np.bool_ or mask.shape != (self.num_envs,):
-                raise ValueError(
-                    f"options['reset_mask'] must be a bool array of shape ({self.num_envs},), "
-                    f"got dtype {mask.dtype} and shape {mask.shape}"
-                )
+            mask = check_reset_mask(mask, self.num_envs)
             if not self._has_reset and not mask.all():
                 raise RuntimeError("the first reset() must reset every env (no reset_mask)")
         if seed is None and not self._has_reset:
