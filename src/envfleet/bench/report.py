@@ -21,6 +21,7 @@ from typing import Any, TextIO
 from rich.table import Table
 
 from envfleet.bench.baselines import BASELINES
+from envfleet.machine import usable_cores
 
 #: a point during which other processes kept this many cores busy is marked "*" (noisy)
 BUSY_CORES = 0.25
@@ -87,10 +88,7 @@ def _cpu_model() -> str:
 
 def machine_info() -> dict[str, Any]:
     """What the numbers depend on: the CPU, the cores this process may use, package versions."""
-    try:
-        usable = len(os.sched_getaffinity(0))
-    except AttributeError:
-        usable = os.cpu_count()
+    usable = usable_cores()
     versions = {}
     for package in VERSIONED:
         try:

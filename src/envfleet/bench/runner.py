@@ -164,10 +164,10 @@ class Planned:
     skip: str | None = None
 
 
-def _usable_cores() -> int:
-    from envfleet.native.numba_backend import usable_cores
+def _default_threads() -> int:
+    from envfleet.native.numba_backend import default_threads
 
-    return usable_cores()
+    return default_threads()
 
 
 def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True
@@ -349,7 +349,7 @@ def run(args: argparse.Namespace) -> int:
     if args.num_workers and "pool" not in backends:
         raise CommandError("--num-workers sweeps the pool backend, which is not measured")
     num_envs = args.num_envs or list(DEFAULT_NUM_ENVS if native else DEFAULT_EXECUTOR_NUM_ENVS)
-    threads = args.threads or [_usable_cores()]
+    threads = args.threads or [_default_threads()]
     points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
     series = [label for label, _ in columns]
     # ratio columns: the first native series vs every baseline, pool vs EXECUTOR_RIVALS

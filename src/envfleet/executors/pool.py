@@ -38,8 +38,9 @@ from envfleet.executors import processes
 from envfleet.executors import worker as protocol
 from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
-from envfleet.executors.processes import ProcessVectorEnv, usable_cores
+from envfleet.executors.processes import ProcessVectorEnv
 from envfleet.executors.shared_memory import masked_copy
+from envfleet.machine import usable_cores
 
 
 class PoolVectorEnv(ProcessVectorEnv):

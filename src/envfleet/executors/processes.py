@@ -38,6 +38,7 @@ from envfleet.executors.base import (
 )
 from envfleet.executors.group import Infos
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
+from envfleet.machine import usable_core_ids
 
 #: start-up (building the envs) may take longer than a step: at least this many seconds
 MIN_START_TIMEOUT = 60.0
@@ -48,18 +49,6 @@ CLOSE_GRACE = 1.0
 def default_start_method() -> str:
     methods = multiprocessing.get_all_start_methods()
     return "forkserver" if "forkserver" in methods else "spawn"
-
-
-def usable_core_ids() -> list[int]:
-    """The CPUs this process may run on (empty where the OS does not say)."""
-    try:
-        return sorted(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        return []
-
-
-def usable_cores() -> int:
-    return len(usable_core_ids()) or os.cpu_count() or 1
 
 
 def split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:

@@ -7,7 +7,6 @@ region costs a few microseconds of fork/join, more than stepping a small batch.
 from __future__ import annotations
 
 import functools
-import os
 from typing import Any
 
 import numba
@@ -15,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from numba import njit, prange
 
+from envfleet.machine import usable_cores
 from envfleet.native.driver import (
     DISABLED,
     NEXT_STEP,
@@ -34,13 +34,9 @@ CHUNKS_PER_THREAD = 4
 _RANGE_JIT = {"error_model": "numpy", "nogil": True, "_nrt": False}
 
 
-def usable_cores() -> int:
-    """CPU cores this process may run on (affinity-aware), capped by numba's thread pool."""
-    try:
-        cores = len(os.sched_getaffinity(0))
-    except AttributeError:  # not Linux
-        cores = os.cpu_count() or 1
-    return max(1, min(cores, numba.config.NUMBA_NUM_THREADS))
+def default_threads() -> int:
+    """Numba threads by default: the usable cores, capped by numba's thread pool."""
+    return max(1, min(usable_cores(), numba.config.NUMBA_NUM_THREADS))
 
 
 @functools.cache
@@ -134,7 +130,7 @@ class NumbaEngine:
                  max_episode_steps: int, num_threads: int | None = None) -> None:
         max_threads = numba.config.NUMBA_NUM_THREADS
         if num_threads is None:
-            num_threads = usable_cores()
+            num_threads = default_threads()
         elif not isinstance(num_threads, int) or not 1 <= num_threads <= max_threads:
             raise ValueError(f"num_threads must be an int in 1..{max_threads} "
                              f"(NUMBA_NUM_THREADS), got {num_threads!r}")
