@@ -195,11 +195,7 @@ def make(
     _check_max_steps(max_episode_steps)
 
     engine_path, option_names = NATIVE_BACKENDS[backend]
-    options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
-    misplaced = [k for k in env_kwargs if any(
-        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
-    if misplaced:
-        raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
+    options = _backend_options(env_kwargs, option_names, backend)
     try:
         params = spec.make_params(**env_kwargs)
     except TypeError as error:
@@ -209,6 +205,17 @@ def make(
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
     return NativeVectorEnv(spec, num_envs, engine, backend=backend, autoreset_mode=mode,
                            seed=seed, copy=copy)
+
+
+def _backend_options(env_kwargs: dict[str, Any], option_names: tuple[str, ...],
+                     backend: str) -> dict[str, Any]:
+    """Move ``backend``'s options out of ``env_kwargs``; refuse another backend's options."""
+    options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
+    misplaced = [k for k in env_kwargs if any(
+        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
+    if misplaced:
+        raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
+    return options
 
 
 def _check_max_steps(max_episode_steps: Any) -> None:
@@ -228,11 +235,7 @@ def _make_executor(env: Any, num_envs: int, backend: str, *,
     if max_episode_steps is not None:
         _check_max_steps(max_episode_steps)
     path, option_names = EXECUTOR_BACKENDS[backend]
-    options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
-    misplaced = [k for k in env_kwargs if any(
-        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
-    if misplaced:
-        raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
+    options = _backend_options(env_kwargs, option_names, backend)
     if isinstance(env, str):
         spec = _gym_spec(env)
         if max_episode_steps is not None:
