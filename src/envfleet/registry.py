@@ -33,11 +33,12 @@ NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
 }
 #: backend -> (executor class path, keyword options the backend takes)
 EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "serial": ("envfleet.executors.serial:SerialVectorEnv", ()),
+    "serial": ("envfleet.executors.serial:SerialVectorEnv", ("restart_failed",)),
     "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
-                   ("step_timeout", "start_method")),
+                   ("step_timeout", "start_method", "restart_failed")),
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
-             ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size")),
+             ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size",
+              "restart_failed")),
 }
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"
@@ -154,10 +155,11 @@ def make(
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
     num_envs`` is first-ready async ``send``/``recv``), ``step_timeout`` and ``start_method``
-    (subprocess, pool). The rest are the env's own parameters: for native envs their params
-    (e.g. ``sutton_barto_reward``), for Gymnasium ids ``gymnasium.make``'s keyword arguments.
-    ``copy=False`` returns the backend's own buffers (zero-copy, overwritten by the next step),
-    like Gymnasium's ``copy=False``.
+    (subprocess, pool), ``restart_failed`` (executors: rebuild a failed env, end its episode
+    as truncated with ``info["env_failure"]``, keep the others running). The rest are the
+    env's own parameters: for native envs their params (e.g. ``sutton_barto_reward``), for
+    Gymnasium ids ``gymnasium.make``'s keyword arguments. ``copy=False`` returns the backend's
+    own buffers (zero-copy, overwritten by the next step), like Gymnasium's ``copy=False``.
     """
     if isinstance(env, str):
         native = _native_name(env)

@@ -16,10 +16,12 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.shared_memory import nest, row_reader, row_writer
+from envfleet.executors.shared_memory import copy_row, nest, row_reader, row_writer
 
 #: (global env index, info dict) for the envs whose info was not empty
 Infos = list[tuple[int, dict[str, Any]]]
+#: the info key that reports a restarted env (``restart_failed=True``): what went wrong
+FAILURE_KEY = "env_failure"
 
 
 class EnvFailure(Exception):
@@ -44,13 +46,19 @@ class EnvGroup:
     ``act...``, ``final_obs...`` (SAME_STEP), and ``rewards``, ``terminated``, ``truncated``.
     ``current`` (an int64 array, slot ``slot``) is set to the env being run, so that a parent
     can name the env a dead or hung worker was on.
+
+    With ``factories`` (``restart_failed=True``), an env whose ``step``/``reset`` raises is
+    rebuilt from its factory instead: its episode ends as truncated (NEXT_STEP: the next step
+    resets it; SAME_STEP: reset at once, the last observation as ``final_obs``; DISABLED: the
+    caller resets it), ``info["env_failure"]`` says what happened, and the other envs step on.
     """
 
     def __init__(self, envs: list[Any], first: int, row0: int, mode: AutoresetMode,
                  observation_space: spaces.Space, action_space: spaces.Space,
                  arrays: dict[str, np.ndarray], current: np.ndarray | None = None,
-                 slot: int = 0) -> None:
+                 slot: int = 0, factories: list[Any] | None = None) -> None:
         self.envs = envs
+        self.factories = factories
         self.first = first
         self.row0 = row0
         self.mode = mode
@@ -80,7 +88,15 @@ class EnvGroup:
                     continue
                 self.current[self.slot] = self.first + j
                 seed = None if seeds is None else seeds[j]
-                obs, info = env.reset(seed=seed, options=options)
+                try:
+                    obs, info = env.reset(seed=seed, options=options)
+                except Exception as error:
+                    if self.factories is None:
+                        raise
+                    failure = _describe(error)
+                    env = self._rebuild(j, "reset")
+                    obs, info = env.reset(seed=seed, options=options)
+                    info = {**info, FAILURE_KEY: failure}
                 r = self.row0 + j
                 self.write_obs(self.obs, r, obs)
                 self.rewards[r] = 0.0
@@ -89,6 +105,8 @@ class EnvGroup:
                 self.pending[j] = False
                 if info:
                     infos.append((self.first + j, info))
+        except EnvFailure:
+            raise
         except Exception as error:
             raise EnvFailure(self.first + j, "reset", error) from error
         self.current[self.slot] = -1  # idle
@@ -107,41 +125,55 @@ class EnvGroup:
             self.read_action(self.actions, r) for r in range(r0, r0 + n)]
         obs_rows = self.obs[rows] if isinstance(self.obs, np.ndarray) else None
         write_obs, obs_buf = self.write_obs, self.obs
-        pending, current, slot = self.pending, self.current, self.slot
+        pending, current, slot, envs = self.pending, self.current, self.slot, self.envs
         next_step = self.mode is AutoresetMode.NEXT_STEP
         same_step = self.mode is AutoresetMode.SAME_STEP
         rewards: list[float] = [0.0] * n
         terminated: list[bool] = [False] * n
         truncated: list[bool] = [False] * n
-        j = 0
-        try:
-            for j, (env, action) in enumerate(zip(self.envs, actions, strict=True)):
-                current[slot] = first + j
-                if next_step and pending[j]:
-                    obs, info = env.reset()
-                    pending[j] = False
-                else:
-                    obs, reward, term, trunc, info = env.step(action)
-                    rewards[j] = reward
-                    terminated[j] = term
-                    truncated[j] = trunc
-                    if term or trunc:
-                        if same_step:
-                            write_obs(self.final_obs, r0 + j, obs)
-                            if info:
-                                finals.append((first + j, info))
-                            obs, info = env.reset()
-                        else:
-                            pending[j] = True
-                if obs_rows is not None:
-                    obs_rows[j] = obs
-                else:
-                    write_obs(obs_buf, r0 + j, obs)
-                if info:
-                    infos.append((first + j, info))
-        except Exception as error:
-            self._flush(rows, rewards, terminated, truncated)
-            raise EnvFailure(first + j, "step", error) from error
+        j = start = 0
+        while start < n:
+            try:
+                for j in range(start, n):
+                    env = envs[j]
+                    current[slot] = first + j
+                    if next_step and pending[j]:
+                        obs, info = env.reset()
+                        pending[j] = False
+                    else:
+                        obs, reward, term, trunc, info = env.step(actions[j])
+                        rewards[j] = reward
+                        terminated[j] = term
+                        truncated[j] = trunc
+                        if term or trunc:
+                            if same_step:
+                                write_obs(self.final_obs, r0 + j, obs)
+                                if info:
+                                    finals.append((first + j, info))
+                                obs, info = env.reset()
+                            else:
+                                pending[j] = True
+                    if obs_rows is not None:
+                        obs_rows[j] = obs
+                    else:
+                        write_obs(obs_buf, r0 + j, obs)
+                    if info:
+                        infos.append((first + j, info))
+                start = n
+            except Exception as error:
+                if self.factories is None:
+                    self._flush(rows, rewards, terminated, truncated)
+                    raise EnvFailure(first + j, "step", error) from error
+                try:
+                    info, final = self._restart(j, error)
+                except EnvFailure:
+                    self._flush(rows, rewards, terminated, truncated)
+                    raise
+                rewards[j], terminated[j], truncated[j] = 0.0, False, True
+                infos.append((first + j, info))
+                if final:
+                    finals.append((first + j, final))
+                start = j + 1
         self._flush(rows, rewards, terminated, truncated)
         current[slot] = -1  # idle
         return infos, finals
@@ -150,10 +182,10 @@ class EnvGroup:
         """Step local env ``j`` alone (async mode), with the same autoreset as ``step``;
         its results go to its buffer rows; returns (info, final info)."""
         r = self.row0 + j
-        env = self.envs[j]
         self.current[self.slot] = self.first + j
         final: dict[str, Any] = {}
         try:
+            env = self.envs[j]
             action = self.read_action(self.actions, r)
             reward, term, trunc = 0.0, False, False
             if self.mode is AutoresetMode.NEXT_STEP and self.pending[j]:
@@ -173,10 +205,45 @@ class EnvGroup:
             self.terminated[r] = term
             self.truncated[r] = trunc
         except Exception as error:
-            self.current[self.slot] = -1
-            raise EnvFailure(self.first + j, "step", error) from error
+            if self.factories is None:
+                self.current[self.slot] = -1
+                raise EnvFailure(self.first + j, "step", error) from error
+            info, final = self._restart(j, error)
+            self.rewards[r], self.terminated[r], self.truncated[r] = 0.0, False, True
         self.current[self.slot] = -1  # idle
         return info or {}, final or {}
+
+    def _restart(self, j: int, error: Exception) -> tuple[dict[str, Any], dict[str, Any]]:
+        """Rebuild local env ``j`` after ``error`` in its step; end its episode as truncated.
+
+        Its observation row keeps the last observation (NEXT_STEP / DISABLED: the final one);
+        SAME_STEP copies it to ``final_obs`` and resets the new env. Returns (info, final info).
+        """
+        failure = _describe(error)
+        env = self._rebuild(j, "step")
+        r = self.row0 + j
+        if self.mode is AutoresetMode.NEXT_STEP:
+            self.pending[j] = True
+            return {FAILURE_KEY: failure}, {}
+        if self.mode is AutoresetMode.SAME_STEP:
+            copy_row(self.obs, self.final_obs, r)
+            try:
+                obs, info = env.reset()
+            except Exception as again:
+                raise EnvFailure(self.first + j, "reset", again) from again
+            self.write_obs(self.obs, r, obs)
+            return {**info, FAILURE_KEY: failure}, {FAILURE_KEY: failure}
+        return {FAILURE_KEY: failure}, {}
+
+    def _rebuild(self, j: int, phase: str) -> Any:
+        """Close local env ``j`` and build it again from its factory."""
+        with contextlib.suppress(Exception):
+            self.envs[j].close()
+        try:
+            self.envs[j] = self.factories[j]()
+        except Exception as error:
+            raise EnvFailure(self.first + j, "make", error) from error
+        return self.envs[j]
 
     def _flush(self, rows: slice, rewards: list, terminated: list, truncated: list) -> None:
         self.rewards[rows] = rewards
@@ -189,3 +256,7 @@ class EnvGroup:
             with contextlib.suppress(Exception):
                 env.close()
         self.envs = []
+
+
+def _describe(error: BaseException) -> str:
+    return f"{type(error).__name__}: {error}"

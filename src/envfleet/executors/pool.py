@@ -38,6 +38,7 @@ from envfleet.executors import processes
 from envfleet.executors import worker as protocol
 from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
+from envfleet.executors.group import FAILURE_KEY
 from envfleet.executors.processes import ProcessVectorEnv
 from envfleet.executors.shared_memory import masked_copy
 from envfleet.machine import usable_cores
@@ -54,7 +55,7 @@ class PoolVectorEnv(ProcessVectorEnv):
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, pin_workers: bool = False,
-                 batch_size: int | None = None) -> None:
+                 batch_size: int | None = None, restart_failed: bool = False) -> None:
         num_envs = len(factories)
         if batch_size is None:
             batch_size = num_envs
@@ -69,7 +70,7 @@ class PoolVectorEnv(ProcessVectorEnv):
                 num_workers = 4 * num_workers
         super().__init__(factories, num_workers, autoreset_mode=autoreset_mode, seed=seed,
                          copy=copy, step_timeout=step_timeout, start_method=start_method,
-                         pin_workers=pin_workers)
+                         pin_workers=pin_workers, restart_failed=restart_failed)
         self._init_async()
 
     # --- first-ready async (EnvPool's send / recv) ----------------------------------------
@@ -80,12 +81,17 @@ class PoolVectorEnv(ProcessVectorEnv):
         for w in self._workers:
             self._owner[w.start:w.stop] = w.index
         self._in_flight = np.zeros(n, dtype=bool)  # sent, not reported yet
+        # per worker: envs in flight, and when it last reported (or got work while idle):
+        # a worker with envs in flight that stays silent for step_timeout is hung
+        self._flying = np.zeros(self.num_workers, dtype=np.int64)
+        self._heard = np.zeros(self.num_workers)
         self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
         self._ready_infos: dict[int, tuple[dict, dict]] = {}
         self._action_batch_spaces: dict[int, Any] = {}
 
     def _clear_async(self, ready: list[int] | None) -> None:
         self._in_flight[:] = False
+        self._flying[:] = 0
         self._ready = dict.fromkeys(ready or ())
         self._ready_infos = {}
 
@@ -169,10 +175,14 @@ class PoolVectorEnv(ProcessVectorEnv):
         for part in np.split(ids[order], cuts):
             w = self._workers[int(self._owner[part[0]])]
             self._in_flight[part] = True
+            if not self._flying[w.index]:
+                self._heard[w.index] = time.monotonic()
+            self._flying[w.index] += len(part)
             for e in part.tolist():
                 self._ready.pop(e, None)
                 self._ready_infos.pop(e, None)
-            self._send(w, protocol.SEND + part.astype("<i8").tobytes(), "step")
+            if not self._send(w, protocol.SEND + part.astype("<i8").tobytes(), "step"):
+                self._async_lost()
 
     def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """The first ``batch_size`` envs to finish (those that have waited longest first):
@@ -182,6 +192,7 @@ class PoolVectorEnv(ProcessVectorEnv):
             raise RuntimeError(
                 "call reset() before recv()" if self._failure is None else
                 f"a previous call failed ({self._failure}): call reset() before recv()")
+        self._check_hung("step")
         b = self.batch_size
         missing = b - len(self._ready)
         if missing > 0:
@@ -227,18 +238,13 @@ class PoolVectorEnv(ProcessVectorEnv):
         """Sleep until ``count`` more envs have reported (or a fault: raised)."""
         poller, by_fd = self._poller, self._by_fd
         done_fd = self._done.fileno()
-        deadline = time.monotonic() + self.step_timeout
         while count > 0:
-            remaining = deadline - time.monotonic()
-            events = poller.poll(remaining * 1000.0) if remaining > 0 else []
-            if not events:
-                owners = set(self._owner[self._in_flight].tolist())
-                busy = [w for w in self._workers
-                        if w.index in owners and int(self._current[w.index]) >= 0]
-                hung = (busy or [w for w in self._workers if w.index in owners])[0]
-                self._fatal(hung, f"did not answer within step_timeout={self.step_timeout:g} s",
-                            phase)
-            for fd, _ in events:
+            count -= self._check_hung(phase)
+            if count <= 0:
+                break
+            busy = self._flying > 0
+            remaining = self._heard[busy].min() + self.step_timeout - time.monotonic()
+            for fd, _ in poller.poll(max(remaining, 0.0) * 1000.0):
                 if fd == done_fd:
                     continue  # (not used in async mode)
                 w = by_fd[fd]
@@ -250,10 +256,48 @@ class PoolVectorEnv(ProcessVectorEnv):
                             break
                 except (EOFError, OSError):
                     w.process.join(0.5)
-                    self._fatal(w, f"died unexpectedly "
-                                   f"({processes._exit_text(w.process.exitcode)})", phase)
-            if events:
-                deadline = time.monotonic() + self.step_timeout
+                    self._failed(w, f"died unexpectedly "
+                                    f"({processes._exit_text(w.process.exitcode)})", phase)
+                    count -= self._async_lost()
+                    break  # the new worker may have the old one's fd: poll again
+
+    def _check_hung(self, phase: str) -> int:
+        """Fail the workers that have had envs in flight but said nothing for step_timeout;
+        returns how many in-flight envs came back (as truncated) through restarts."""
+        recovered = 0
+        now = time.monotonic()
+        for index in np.flatnonzero((self._flying > 0)
+                                    & (self._heard + self.step_timeout <= now)).tolist():
+            self._failed(self._workers[index], f"did not answer within step_timeout="
+                                               f"{self.step_timeout:g} s", phase)
+            recovered += self._async_lost()
+        return recovered
+
+    def _async_lost(self) -> int:
+        """Envs of workers lost (and restarted) in async mode end as truncated and are ready
+        for ``recv``; returns how many of them were in flight."""
+        a = self.arrays
+        recovered = 0
+        restarted = dict(self._restart_infos)
+        for index, what in self._lost.items():
+            w = self._workers[index]
+            rows = slice(w.start, w.stop)
+            a["rewards"][rows] = 0.0
+            a["terminated"][rows] = False
+            a["truncated"][rows] = True
+            recovered += int(self._in_flight[rows].sum())
+            self._in_flight[rows] = False
+            self._flying[index] = 0
+            same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+            for e in range(w.start, w.stop):
+                self._ready.pop(e, None)
+                self._ready[e] = None
+                failure = {FAILURE_KEY: what}
+                self._ready_infos[e] = ({**restarted.get(e, {}), **failure},
+                                        failure if same_step else {})
+        self._lost = {}
+        self._restart_infos = []
+        return recovered
 
     def _report(self, message: bytes) -> int:
         kind = message[:1]
@@ -265,10 +309,14 @@ class PoolVectorEnv(ProcessVectorEnv):
         elif kind == protocol.ERROR:
             index, what, error_type, text, tb = pickle.loads(message[1:])
             self._in_flight[index] = False
+            self._flying[self._owner[index]] -= 1
             raise failure_error(index, what, error_type, text, tb)
         else:
             raise AssertionError(f"unexpected report {kind!r}")
         self._in_flight[e] = False
+        w = self._owner[e]
+        self._flying[w] -= 1
+        self._heard[w] = time.monotonic()
         self._ready[e] = None
         return 1
 

@@ -9,6 +9,11 @@ Waiting never spins and never blocks forever: the parent sleeps in ``poll(2)`` o
 pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once);
 one that does not answer in time is killed. Either is reported as ``EnvWorkerError`` naming
 the env it was on, after which every worker is stopped and every segment unlinked.
+
+With ``restart_failed=True`` a lost worker (dead, or killed after ``step_timeout``) is started
+again in its place instead, and every env it ran ends its episode as truncated, with
+``info["env_failure"]`` saying why; an env that raises is rebuilt inside its worker
+(``EnvGroup``). The other workers' envs step on untouched.
 """
 
 from __future__ import annotations
@@ -36,14 +41,16 @@ from envfleet.executors.base import (
     ExecutorVectorEnv,
     failure_error,
 )
-from envfleet.executors.group import Infos
-from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
+from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
 
 #: start-up (building the envs) may take longer than a step: at least this many seconds
 MIN_START_TIMEOUT = 60.0
 #: how long a worker asked to close may take before it is killed
 CLOSE_GRACE = 1.0
+#: the stand-in result of a worker lost (and started again) during a batch
+LOST = b"X"
 
 
 def default_start_method() -> str:
@@ -129,7 +136,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None, pin_workers: bool = False) -> None:
+                 start_method: str | None = None, pin_workers: bool = False,
+                 restart_failed: bool = False) -> None:
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
@@ -141,6 +149,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self.step_timeout = float(step_timeout)
         self.num_workers = min(num_workers, num_envs)
         self.pin_workers = bool(pin_workers)
+        self.restart_failed = bool(restart_failed)
+        self._lost: dict[int, str] = {}  # this batch's lost workers: index -> what happened
+        self._restart_infos: Infos = []  # the reset infos of their new envs (SAME_STEP)
         self._workers: list[Worker] = []
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
@@ -156,34 +167,27 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     # --- start-up ----------------------------------------------------------------------------
 
     def _start(self, factories: list[Callable[[], Any]], start_method: str) -> None:
-        ctx = multiprocessing.get_context(start_method)
+        ctx = self._ctx = multiprocessing.get_context(start_method)
         if start_method == "forkserver":
             # workers fork from a server that has imported what they need
             ctx.set_forkserver_preload(["envfleet.executors.worker"])
-        cores = usable_core_ids() if self.pin_workers else []
-        lock = done_w = None
+        self._cores = usable_core_ids() if self.pin_workers else []
+        self._lock = self._done_w = None
         if self.shared_memory:  # the last worker to finish a batch wakes the parent
-            lock = ctx.Lock()  # a named semaphore: unlinked when the last reference goes
-            self._closers.append(lock)
-            self._done, done_w = ctx.Pipe(duplex=False)
+            self._lock = ctx.Lock()  # a named semaphore: unlinked when the last reference goes
+            self._closers.append(self._lock)
+            self._done, self._done_w = ctx.Pipe(duplex=False)
+            self._closers += [self._done, self._done_w]  # (the write end: for restarts)
+        self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
-            core = cores[index % len(cores)] if cores else None
             payload = cloudpickle.dumps(factories[start:stop])
-            parent_conn, child_conn = ctx.Pipe(duplex=True)
-            process = ctx.Process(
-                target=protocol.worker_main, name=f"envfleet-worker-{index}", daemon=True,
-                args=(child_conn, payload, start, index, os.getpid(), core, lock, done_w))
-            process.start()
-            child_conn.close()
-            self._workers.append(Worker(index, start, stop, process, parent_conn))
-        if done_w is not None:
-            done_w.close()  # the workers hold it now
-            self._closers.append(self._done)
+            if self.restart_failed:
+                self._payloads[index] = payload
+            self._workers.append(self._spawn(index, start, stop, payload))
         self._poller = select.poll()
         self._by_fd = {}
         for w in self._workers:
-            self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
-            self._by_fd[w.conn.fileno()] = w
+            self._watch(w)
 
         self._current = None  # set once the shared buffers exist; read by _fatal before that
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
@@ -201,26 +205,48 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}
             fields["current"] = ((self.num_workers,), np.int64)
             fields["sync"] = ((2,), np.int64)  # [workers finished, workers expected]
-            layout = BufferLayout.of(fields)
-            shared = SharedBuffers.create(layout)
+            fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
+            self._layout = BufferLayout.of(fields)
+            shared = SharedBuffers.create(self._layout)
             self._buffers.append(shared)
             self._bind(shared.arrays)
             self._current = shared.arrays["current"]
             self._sync = shared.arrays["sync"]
-            for w in self._workers:
-                w.conn.send_bytes(protocol.LAYOUT + pickle.dumps(
-                    (layout, shared.name, self.autoreset_mode, w.start)))
+            self._finished = shared.arrays["finished"]
         else:
             self._bind(layout.local())
             self._current = None
-            for w in self._workers:
-                local = self._setup_local_layout(w)
-                w.conn.send_bytes(protocol.LAYOUT + pickle.dumps(
-                    (local, None, self.autoreset_mode, 0)))
+        for w in self._workers:
+            w.conn.send_bytes(self._layout_message(w, None))
         self._gather(self._workers, "make", timeout)
         if self.shared_memory:
             self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
         self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
+
+    def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
+        """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
+        core = self._cores[index % len(self._cores)] if self._cores else None
+        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
+        process = self._ctx.Process(
+            target=protocol.worker_main, name=f"envfleet-worker-{index}", daemon=True,
+            args=(child_conn, payload, start, index, os.getpid(), core, self._lock,
+                  self._done_w))
+        process.start()
+        child_conn.close()
+        return Worker(index, start, stop, process, parent_conn)
+
+    def _watch(self, w: Worker) -> None:
+        self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
+        self._by_fd[w.conn.fileno()] = w
+
+    def _layout_message(self, w: Worker, fresh: str | None) -> bytes:
+        """The start-up message that hands worker ``w`` its buffers (``fresh``: see worker)."""
+        if self.shared_memory:
+            layout, segment, row0 = self._layout, self._buffers[0].name, w.start
+        else:
+            layout, segment, row0 = self._setup_local_layout(w), None, 0
+        return protocol.LAYOUT + pickle.dumps(
+            (layout, segment, self.autoreset_mode, row0, self.restart_failed, fresh))
 
     def _setup_local_layout(self, w: Worker) -> BufferLayout:
         rows = w.stop - w.start
@@ -235,7 +261,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _gather(self, workers: list[Worker], phase: str, timeout: float) -> list[bytes]:
         """The replies of ``workers`` (in order), or an EnvWorkerError (after shutting down on
-        a dead or silent worker). An env's exception is raised once every worker answered."""
+        a dead or silent worker; with ``restart_failed`` its reply is ``LOST`` instead). An
+        env's exception is raised once every worker answered."""
         replies: dict[int, bytes] = {}
         waiting = {w.index for w in workers}
         deadline = time.monotonic() + timeout
@@ -245,20 +272,25 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             events = poller.poll(remaining * 1000.0) if remaining > 0 else []
             if not events:
                 silent = next(w for w in workers if w.index in waiting)
-                self._fatal(silent, f"did not answer within step_timeout={self.step_timeout:g} s"
-                            if phase != "make" else
-                            f"did not finish building its envs within {timeout:g} s", phase)
+                self._failed(silent, f"did not answer within step_timeout="
+                             f"{self.step_timeout:g} s" if phase != "make" else
+                             f"did not finish building its envs within {timeout:g} s", phase)
+                replies[silent.index] = LOST
+                waiting.discard(silent.index)
+                continue
             for fd, _ in events:
-                w = by_fd[fd]
-                if w.index not in waiting:
+                w = by_fd.get(fd)
+                if w is None or w.index not in waiting:
                     continue  # (cannot happen: one reply per command)
                 try:
-                    reply = w.conn.recv_bytes()
+                    replies[w.index] = w.conn.recv_bytes()
                 except (EOFError, OSError):
                     w.process.join(0.5)
-                    self._fatal(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
-                                phase)
-                replies[w.index] = reply
+                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
+                                 phase)
+                    replies[w.index] = LOST
+                    waiting.discard(w.index)
+                    break  # the new worker may have the old one's fd: poll again
                 waiting.discard(w.index)
         ordered = [replies[w.index] for w in workers]
         self._raise_errors(ordered)
@@ -272,28 +304,107 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             index, what, error_type, text, tb = failures[0]
             if what == "make":
                 self._broken = f"env {index} could not be built"
-                _shutdown(self._workers, self._buffers, self._closers)
+                self._shutdown()
             raise failure_error(index, what, error_type, text, tb)
 
-    def _send(self, w: Worker, message: bytes, phase: str) -> None:
+    def _send(self, w: Worker, message: bytes, phase: str) -> bool:
+        """Send ``message`` to ``w``; False if ``w`` was found dead (and restarted)."""
         try:
             w.conn.send_bytes(message)
+            return True
         except OSError:  # the worker is gone (its end of the pipe closed)
             w.process.join(0.5)
-            self._fatal(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+            self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+            return False
 
-    def _fatal(self, w: Worker, what: str, phase: str) -> None:
-        env = None
+    def _failed(self, w: Worker, what: str, phase: str) -> bool:
+        """Worker ``w`` died or hung in ``phase``: start it again (``restart_failed``, during a
+        step or reset; returns True), or shut everything down and raise (``_fatal``)."""
+        if not (self.restart_failed and phase in ("step", "reset")):
+            self._fatal(w, what, phase)
+        self._restart(w, what, phase)
+        return True
+
+    def _restart(self, w: Worker, what: str, phase: str) -> None:
+        """Replace lost worker ``w`` by a new process over new envs (same rows, same slot).
+
+        Its envs' episodes end: during a step, NEXT_STEP envs are reset on their next step and
+        SAME_STEP envs at once (their last observations become ``final_obs``); during a reset
+        the caller resets them again. A shared-memory batch stops waiting for ``w``.
+        """
+        env = self._env_of(w, phase)
+        self._lost[w.index] = f"{w.describe()} {what}" + (
+            f" while running env {env}'s {phase}()" if env is not None else "")
+        if self.shared_memory:  # count w out of this batch unless it already counted itself
+            if not self._lock.acquire(timeout=self.step_timeout):
+                self._fatal(w, what, phase)
+            try:
+                if not self._finished[w.index]:
+                    self._sync[1] -= 1
+            finally:
+                self._lock.release()
+        fd = w.conn.fileno()
+        self._poller.unregister(fd)
+        del self._by_fd[fd]
+        if w.process.is_alive():
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(w.process.pid, signal.SIGKILL)
+        w.process.join(2.0)
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        with contextlib.suppress(ValueError):
+            w.process.close()
+        fresh, rows, final_obs = None, slice(w.start, w.stop), {}
+        if phase == "step" and self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            fresh = "pending"
+        elif phase == "step" and self.autoreset_mode is AutoresetMode.SAME_STEP:
+            fresh = "reset"
+            copy_row(self._obs, self._final_obs, rows)
+            # (kept apart: a pipe-transport worker's reset reply carries its own final_obs)
+            final_obs = {k: a[rows].copy() for k, a in self.arrays.items()
+                         if k.split(".")[0] == "final_obs"}
+        new = self._spawn(w.index, w.start, w.stop, self._payloads[w.index])
+        w.process, w.conn = new.process, new.conn
+        timeout = max(self.step_timeout, MIN_START_TIMEOUT)
+        hello = self._await(w, timeout)
+        if hello[:1] == protocol.HELLO:
+            w.conn.send_bytes(self._layout_message(w, fresh))
+            reply = self._await(w, timeout)
+        else:
+            reply = hello
+        if reply[:1] not in (protocol.OK, protocol.INFO):
+            why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
+                   if reply[:1] == protocol.ERROR else "its new process did not start")
+            self._fatal(w, f"{what}, and could not be restarted ({why})", phase)
+        self._restart_infos += self._infos([w], [reply])[0]
+        for k, rows_value in final_obs.items():
+            self.arrays[k][rows] = rows_value
+        if self._current is not None:
+            self._current[w.index] = -1
+        self._watch(w)
+
+    def _await(self, w: Worker, timeout: float) -> bytes:
+        """``w``'s next message, or b"" if it dies or stays silent for ``timeout`` s."""
+        try:
+            if w.conn.poll(timeout):
+                return w.conn.recv_bytes()
+        except (EOFError, OSError):
+            pass
+        return b""
+
+    def _env_of(self, w: Worker, phase: str) -> int | None:
+        """The env worker ``w`` was running (None when unknown)."""
         if self._current is not None and phase != "make":
             env = int(self._current[w.index])
-            if not w.start <= env < w.stop:
-                env = None
-        elif w.stop - w.start == 1:
-            env = w.start
+            return env if w.start <= env < w.stop else None
+        return w.start if w.stop - w.start == 1 else None
+
+    def _fatal(self, w: Worker, what: str, phase: str) -> None:
+        env = self._env_of(w, phase)
         on = f" while running env {env}'s {phase}()" if env is not None else f" during {phase}"
         message = f"{w.describe()} {what}{on}"
         self._broken = message
-        _shutdown(self._workers, self._buffers, self._closers)
+        self._shutdown()
         raise EnvWorkerError(message, env_index=env)
 
     def _infos(self, workers: list[Worker], replies: list[bytes]) -> tuple[Infos, Infos]:
@@ -313,23 +424,39 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                     options: dict[str, Any] | None) -> Infos:
-        sent = []
+        infos, lost = self._reset_workers(mask, seeds, options)
+        if lost:  # restarted workers: reset their new envs (once)
+            only = np.zeros(self.num_envs, dtype=bool)
+            for index in lost:
+                w = self._workers[index]
+                only[w.start:w.stop] = True if mask is None else mask[w.start:w.stop]
+            again, still = self._reset_workers(only, seeds, options)
+            if still:
+                w = self._workers[next(iter(still))]
+                self._fatal(w, f"was lost again while its envs were reset after a restart "
+                               f"({still[w.index]})", "reset")
+            infos = [(i, info) for i, info in infos if not only[i]] + again
+            infos += self._failure_infos(lost)
+        return infos
+
+    def _reset_workers(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                       options: dict[str, Any] | None) -> tuple[Infos, dict[int, str]]:
+        """Reset the masked envs; (infos, the workers lost and restarted meanwhile)."""
+        self._begin_batch()
+        sent = [w for w in self._workers
+                if mask is None or mask[w.start:w.stop].any()]
         if self.shared_memory:
-            self._sync[0] = 0
-            self._sync[1] = self.num_workers if mask is None else sum(
-                bool(mask[w.start:w.stop].any()) for w in self._workers)
-        for w in self._workers:
+            self._sync[1] = len(sent)
+        for w in sent:
             m = None if mask is None else mask[w.start:w.stop]
-            if m is not None and not m.any():
-                continue
             s = None if seeds is None else seeds[w.start:w.stop]
             self._send(w, protocol.RESET + pickle.dumps((m, s, options)), "reset")
-            sent.append(w)
-        return self._exchange(sent, "reset")[0]
+        infos = self._exchange(sent, "reset")[0]
+        return infos, dict(self._lost)
 
     def _step_envs(self) -> tuple[Infos, Infos]:
+        self._begin_batch()
         if self.shared_memory:
-            self._sync[0] = 0
             self._sync[1] = len(self._workers)
             for w in self._workers:
                 self._send(w, protocol.STEP, "step")
@@ -338,9 +465,34 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 self._send(w, protocol.STEP + pickle.dumps(
                     {k: self.arrays[k][w.start:w.stop] for k in self._action_names},
                     protocol=pickle.HIGHEST_PROTOCOL), "step")
-        return self._exchange(self._workers, "step")
+        infos, finals = self._exchange(self._workers, "step")
+        if self._lost:  # their envs' episodes end here, truncated
+            a = self.arrays
+            for index in self._lost:
+                w = self._workers[index]
+                a["rewards"][w.start:w.stop] = 0.0
+                a["terminated"][w.start:w.stop] = False
+                a["truncated"][w.start:w.stop] = True
+            failures = self._failure_infos(self._lost)
+            infos += self._restart_infos + failures
+            if self.autoreset_mode is AutoresetMode.SAME_STEP:
+                finals += failures
+        return infos, finals
+
+    def _begin_batch(self) -> None:
+        self._lost = {}
+        self._restart_infos = []
+        if self.shared_memory:
+            self._sync[0] = 0
+            self._finished[:] = 0
+
+    def _failure_infos(self, lost: dict[int, str]) -> Infos:
+        """``info["env_failure"]`` for every env of the ``lost`` workers."""
+        return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
+                for i in range(self._workers[index].start, self._workers[index].stop)]
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[Infos, Infos]:
+        workers = [w for w in workers if w.index not in self._lost]  # lost while sending
         if not workers:  # e.g. a reset_mask without any True
             return [], []
         if not self.shared_memory:
@@ -349,7 +501,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _wait_done(self, workers: list[Worker], phase: str) -> list[bytes]:
         """Shared memory: sleep until the last worker's ``done`` byte (or a fault); the results
-        of workers with something to say, ``b"k"`` for the others."""
+        of workers with something to say, ``b"k"`` for the others (``LOST`` for lost ones)."""
         replies = {w.index: protocol.OK for w in workers}
         said: set[int] = set()
         done_fd = self._done.fileno()
@@ -360,14 +512,21 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
             if not events:
                 busy = [w for w in workers if int(self._current[w.index]) >= 0]
-                self._fatal((busy or workers)[0], f"did not answer within step_timeout="
-                                                  f"{self.step_timeout:g} s", phase)
+                for w in busy or workers[:1]:
+                    self._failed(w, f"did not answer within step_timeout="
+                                    f"{self.step_timeout:g} s", phase)
+                    replies[w.index] = LOST
+                deadline = time.monotonic() + self.step_timeout
             for fd, _ in events:
                 if fd == done_fd:
                     self._done.recv_bytes()
                     finished = True
-                else:
-                    self._read_result(self._by_fd[fd], phase, replies, said)
+                elif not self._read_result(self._by_fd[fd], phase, replies, said):
+                    break  # a worker was restarted (its fd may be reused): poll again
+            if self._lost:
+                for index in self._lost:
+                    replies[index] = LOST
+                finished = finished or self._batch_complete()
         # results were written before their workers counted themselves finished
         for fd, _ in self._poller.poll(0):
             if fd != done_fd:
@@ -376,18 +535,32 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._raise_errors(ordered)
         return ordered
 
+    def _batch_complete(self) -> bool:
+        """Every worker still expected has finished (after lost ones were counted out)."""
+        with self._lock:
+            return bool(self._sync[0] >= self._sync[1])
+
     def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
-                     said: set[int]) -> None:
-        """Read ``w``'s one result of this batch; anything else on its pipe is its death."""
+                     said: set[int]) -> bool:
+        """Read ``w``'s one result of this batch; anything else on its pipe is its death
+        (False: ``w`` was restarted)."""
+        if w.index in self._lost:
+            return True
         if w.index in replies and w.index not in said:
             try:
                 replies[w.index] = w.conn.recv_bytes()
                 said.add(w.index)
-                return
+                return True
             except (EOFError, OSError):
                 pass
         w.process.join(0.5)
-        self._fatal(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+        self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+        return False
+
+    def _shutdown(self) -> None:
+        """Stop every worker and release every shared resource (idempotent)."""
+        self._lock = None  # the named semaphore is unlinked with its last reference
+        self._finalizer()
 
     def _close_executor(self) -> None:
-        self._finalizer()
+        self._shutdown()

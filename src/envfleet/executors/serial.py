@@ -30,7 +30,8 @@ class SerialVectorEnv(ExecutorVectorEnv):
 
     def __init__(self, factories: list[Callable[[], Any]], *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
-                 seed: int | None = None, copy: bool = True) -> None:
+                 seed: int | None = None, copy: bool = True,
+                 restart_failed: bool = False) -> None:
         super().__init__(len(factories), autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         envs: list[Any] = []
         try:
@@ -50,8 +51,10 @@ class SerialVectorEnv(ExecutorVectorEnv):
             raise
         self.envs = envs
         self._bind(layout.local())
+        self.restart_failed = bool(restart_failed)
         self._group = EnvGroup(envs, 0, 0, autoreset_mode, self.single_observation_space,
-                               self.single_action_space, self.arrays)
+                               self.single_action_space, self.arrays,
+                               factories=list(factories) if restart_failed else None)
 
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                     options: dict[str, Any] | None) -> Infos:

@@ -122,6 +122,18 @@ def copy_batched(value: Any) -> Any:
     return value.copy()
 
 
+def copy_row(src: Any, dst: Any, rows: int | slice) -> None:
+    """Copy ``rows`` of the batched value ``src`` into the same rows of ``dst``."""
+    if isinstance(src, dict):
+        for k, v in src.items():
+            copy_row(v, dst[k], rows)
+    elif isinstance(src, tuple):
+        for k, v in enumerate(src):
+            copy_row(v, dst[k], rows)
+    else:
+        dst[rows] = src[rows]
+
+
 def masked_copy(value: Any, mask: np.ndarray) -> Any:
     """A copy of a batched value with the rows outside ``mask`` zeroed."""
     if isinstance(value, dict):

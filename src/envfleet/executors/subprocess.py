@@ -26,6 +26,7 @@ class SubprocessVectorEnv(ProcessVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None) -> None:
+                 start_method: str | None = None, restart_failed: bool = False) -> None:
         super().__init__(factories, len(factories), autoreset_mode=autoreset_mode, seed=seed,
-                         copy=copy, step_timeout=step_timeout, start_method=start_method)
+                         copy=copy, step_timeout=step_timeout, start_method=start_method,
+                         restart_failed=restart_failed)

@@ -6,8 +6,10 @@ the batch buffers (shared memory) or keeps its own (pipe transport), then serves
 Protocol (``Connection.send_bytes`` on the worker's own pipe):
 
 - start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
-  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode, row0))``;
-  worker -> ``b"k"``.
+  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode, row0,
+  restart_failed, fresh))``; worker -> ``b"k"`` (or, when ``fresh == "reset"``, the result of
+  resetting its envs). ``fresh`` is None at start-up; a worker started in place of a lost one
+  gets ``"pending"`` (NEXT_STEP: reset each env on its next step) or ``"reset"`` (SAME_STEP).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
   ``b"c"`` close.
@@ -126,7 +128,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         message = conn.recv_bytes()
         if message[:1] != LAYOUT:
             return
-        layout, segment, mode, row0 = pickle.loads(message[1:])
+        layout, segment, mode, row0, restart, fresh = pickle.loads(message[1:])
         layout: BufferLayout
         if segment is not None:
             shared = SharedBuffers.attach(layout, segment)
@@ -136,10 +138,21 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             arrays = layout.local()
             current = None
         group = EnvGroup(envs, first, row0, mode, env.observation_space, env.action_space,
-                         arrays, current, slot)
-        conn.send_bytes(OK)
+                         arrays, current, slot, factories if restart else None)
         outputs = None if shared is not None else _outputs(arrays)
+        # a worker started again in place of a lost one: its envs are new (see processes.py)
+        if fresh == "pending":
+            group.pending[:] = True
+        if fresh == "reset":
+            try:
+                conn.send_bytes(_info_reply(group.reset(None, None, None), [], outputs, first))
+            except EnvFailure as failure:
+                conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
+                return
+        else:
+            conn.send_bytes(OK)
         counter = arrays["sync"] if shared is not None else None
+        finished = arrays["finished"] if shared is not None else None
         queue: collections.deque[int] = collections.deque()  # async: envs to step, in order
         while True:
             if queue and not conn.poll():
@@ -193,6 +206,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 conn.send_bytes(reply)
             with lock:
                 counter[0] += 1
+                finished[slot] = 1  # (a restart must not count this worker out twice)
                 last = counter[0] == counter[1]
             if last:
                 done.send_bytes(OK)
