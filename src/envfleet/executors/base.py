@@ -173,6 +173,13 @@ class ExecutorVectorEnv(VectorEnv):
     def _close_executor(self) -> None:
         raise NotImplementedError
 
+    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """Every env's attribute ``name`` (called with the arguments when callable)."""
+        raise NotImplementedError
+
+    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+        raise NotImplementedError
+
     # --- the Gymnasium API ------------------------------------------------------------------
 
     def reset(
@@ -240,6 +247,26 @@ class ExecutorVectorEnv(VectorEnv):
             infos = self._add_info(infos, info, i)
         return (self._out(self._obs), self._out(a["rewards"]), self._out(terminated),
                 self._out(truncated), infos)
+
+    def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """Each env's ``name``: called with the arguments if callable, else its value
+        (Gymnasium's ``SyncVectorEnv.call``; results in env order)."""
+        self._check_usable()
+        return tuple(self._call_envs(name, args, kwargs))
+
+    def get_attr(self, name: str) -> tuple[Any, ...]:
+        """Each env's attribute ``name`` (through wrappers)."""
+        return self.call(name)
+
+    def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """Set attribute ``name`` of every env: one value for all, or a list with one per env."""
+        self._check_usable()
+        if not isinstance(values, list | tuple):
+            values = [values] * self.num_envs
+        if len(values) != self.num_envs:
+            raise ValueError(f"set_attr needs one value per env (num_envs={self.num_envs}), "
+                             f"got {len(values)}")
+        self._set_attr_envs(name, list(values))
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the executor (idempotent): no process or shared-memory segment is left."""

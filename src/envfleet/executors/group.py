@@ -245,6 +245,33 @@ class EnvGroup:
             raise EnvFailure(self.first + j, "make", error) from error
         return self.envs[j]
 
+    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        """Each env's attribute ``name``, called with the arguments when it is callable
+        (Gymnasium's ``SyncVectorEnv.call``, through wrappers)."""
+        results = []
+        for j, env in enumerate(self.envs):
+            self.current[self.slot] = self.first + j
+            try:
+                attr = env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") \
+                    else getattr(env, name)
+                results.append(attr(*args, **kwargs) if callable(attr) else attr)
+            except Exception as error:
+                self.current[self.slot] = -1
+                raise EnvFailure(self.first + j, "call", error) from error
+        self.current[self.slot] = -1
+        return results
+
+    def set_attr(self, name: str, values: list[Any]) -> None:
+        """Set attribute ``name`` of env j to ``values[j]`` (through wrappers)."""
+        for j, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+            try:
+                if hasattr(env, "set_wrapper_attr"):
+                    env.set_wrapper_attr(name, value)
+                else:
+                    setattr(env, name, value)
+            except Exception as error:
+                raise EnvFailure(self.first + j, "set_attr", error) from error
+
     def _flush(self, rows: slice, rewards: list, terminated: list, truncated: list) -> None:
         self.rewards[rows] = rewards
         self.terminated[rows] = terminated

@@ -129,6 +129,19 @@ class PoolVectorEnv(ProcessVectorEnv):
         self._clear_async(None)
         return result
 
+    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        self._check_idle(f"call {name!r}")
+        return super()._call_envs(name, args, kwargs)
+
+    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+        self._check_idle(f"set {name!r}")
+        super()._set_attr_envs(name, values)
+
+    def _check_idle(self, what: str) -> None:
+        if self._in_flight.any():
+            raise RuntimeError(f"cannot {what} while {int(self._in_flight.sum())} env(s) sent "
+                               f"with send() are stepping: recv() them first")
+
     def send(self, actions: Any, env_ids: Any = None) -> None:
         """Start stepping envs ``env_ids`` (all envs when None) with ``actions`` (one row per
         id, in that order); returns at once. Each id must be waiting for an action (returned

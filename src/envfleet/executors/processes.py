@@ -479,6 +479,19 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 finals += failures
         return infos, finals
 
+    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        message = protocol.CALL + cloudpickle.dumps((name, args, kwargs))
+        for w in self._workers:
+            self._send(w, message, "call")
+        replies = self._gather(self._workers, "call", self.step_timeout)
+        return [value for reply in replies for value in pickle.loads(reply[1:])]
+
+    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+        for w in self._workers:
+            self._send(w, protocol.SET_ATTR + cloudpickle.dumps(
+                (name, values[w.start:w.stop])), "set_attr")
+        self._gather(self._workers, "set_attr", self.step_timeout)
+
     def _begin_batch(self) -> None:
         self._lost = {}
         self._restart_infos = []

@@ -69,6 +69,18 @@ class SerialVectorEnv(ExecutorVectorEnv):
         except EnvFailure as failure:
             raise _error(failure) from failure.__cause__
 
+    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+        try:
+            return self._group.call(name, args, kwargs)
+        except EnvFailure as failure:
+            raise _error(failure) from failure.__cause__
+
+    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+        try:
+            self._group.set_attr(name, values)
+        except EnvFailure as failure:
+            raise _error(failure) from failure.__cause__
+
     def _close_executor(self) -> None:
         self._group.close() if hasattr(self, "_group") else None
 

@@ -12,7 +12,9 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   gets ``"pending"`` (NEXT_STEP: reset each env on its next step) or ``"reset"`` (SAME_STEP).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
-  ``b"c"`` close.
+  ``b"c"`` close; ``b"m" + cloudpickle((name, args, kwargs))`` call (or get) an attribute of
+  every env, answered ``b"R" + pickle(results)``; ``b"t" + cloudpickle((name, values))`` set
+  one, answered ``b"k"`` (both always on the worker's own pipe).
 - results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
   None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
@@ -53,6 +55,9 @@ CLOSE = b"c"
 SEND = b"a"  # async: step these envs (int64 global ids follow), each reported as it finishes
 DONE = b"d"  # async: this env (int64 global id follows) finished its step, no info
 DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info) follow
+CALL = b"m"  # cloudpickled (name, args, kwargs): call / get an attribute of every env
+SET_ATTR = b"t"  # pickled (name, values): set an attribute of every env
+RESULT = b"R"  # pickled list: the result of CALL, one per env
 OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
 
 
@@ -189,15 +194,30 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 elif command == RESET:
                     mask, seeds, options = pickle.loads(message[1:])
                     infos, finals = group.reset(mask, seeds, options), []
+                elif command == CALL:
+                    name, args, kwargs = cloudpickle.loads(message[1:])
+                    results = group.call(name, args, kwargs)
+                    try:
+                        reply = RESULT + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+                    except Exception as error:
+                        raise EnvFailure(first, "call", TypeError(
+                            f"the result of {name!r} could not be sent to the parent: "
+                            f"{error}")) from error
+                    infos = finals = []
+                elif command == SET_ATTR:
+                    name, values = cloudpickle.loads(message[1:])
+                    group.set_attr(name, values)
+                    infos = finals = []
                 elif command == CLOSE:
                     return
                 else:
                     raise RuntimeError(f"unknown command {command!r}")
-                if infos or finals or outputs is not None:
+                if infos or finals or (outputs is not None and reply == OK
+                                       and command in (STEP, RESET)):
                     reply = _info_reply(infos, finals, outputs, first)
             except EnvFailure as failure:
                 reply = ERROR + pickle.dumps(failure.as_tuple())
-            if counter is None:
+            if counter is None or command in (CALL, SET_ATTR):  # (one reply each, no batch)
                 conn.send_bytes(reply)
                 continue
             # shared memory: a message only when there is something to say; the last worker
