@@ -38,7 +38,7 @@ EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
                    ("step_timeout", "start_method", "restart_failed")),
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
              ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size",
-              "restart_failed")),
+              "restart_failed", "spin_us")),
 }
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"

@@ -36,7 +36,8 @@ def cartpole_reference() -> list:
 
 @pytest.mark.parametrize(("backend", "options"), [
     ("serial", {}), ("subprocess", {}), ("pool", {"num_workers": 1}),
-    ("pool", {"num_workers": 2}), ("pool", {"num_workers": 3})])
+    ("pool", {"num_workers": 2}), ("pool", {"num_workers": 3}),
+    ("pool", {"num_workers": 2, "spin_us": 0}), ("pool", {"num_workers": 2, "spin_us": 500})])
 def test_same_trajectories_as_gymnasium(backend, options, cartpole_reference) -> None:
     env = envfleet.make("CartPole-v1", N, backend=backend, **options)
     assert env.unwrapped.backend == backend

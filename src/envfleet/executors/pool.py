@@ -40,8 +40,11 @@ from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.group import FAILURE_KEY
 from envfleet.executors.processes import ProcessVectorEnv
-from envfleet.executors.shared_memory import masked_copy
+from envfleet.executors.shared_memory import assign_rows, masked_copy, take_rows
 from envfleet.machine import usable_cores
+
+#: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``)
+DEFAULT_SPIN_US = 0.0
 
 
 class PoolVectorEnv(ProcessVectorEnv):
@@ -55,7 +58,8 @@ class PoolVectorEnv(ProcessVectorEnv):
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, pin_workers: bool = False,
-                 batch_size: int | None = None, restart_failed: bool = False) -> None:
+                 batch_size: int | None = None, restart_failed: bool = False,
+                 spin_us: float = DEFAULT_SPIN_US) -> None:
         num_envs = len(factories)
         if batch_size is None:
             batch_size = num_envs
@@ -70,7 +74,8 @@ class PoolVectorEnv(ProcessVectorEnv):
                 num_workers = 4 * num_workers
         super().__init__(factories, num_workers, autoreset_mode=autoreset_mode, seed=seed,
                          copy=copy, step_timeout=step_timeout, start_method=start_method,
-                         pin_workers=pin_workers, restart_failed=restart_failed)
+                         pin_workers=pin_workers, restart_failed=restart_failed,
+                         spin_us=spin_us)
         self._init_async()
 
     # --- first-ready async (EnvPool's send / recv) ----------------------------------------
@@ -181,7 +186,7 @@ class PoolVectorEnv(ProcessVectorEnv):
         except ValueError as error:
             raise ValueError(f"{error} (env k of this send is env_ids[k]: "
                              f"env_ids={ids.tolist()})") from None
-        _assign_rows(self._actions, actions, ids)
+        assign_rows(self._actions, actions, ids)
         order = np.argsort(self._owner[ids], kind="stable")
         by_worker = self._owner[ids][order]
         cuts = np.flatnonzero(np.diff(by_worker)) + 1
@@ -221,7 +226,7 @@ class PoolVectorEnv(ProcessVectorEnv):
             del self._ready[e]
         ids = np.array(ids_list, dtype=np.int64)
         a = self.arrays
-        obs = _take_rows(self._obs, ids)
+        obs = take_rows(self._obs, ids)
         rewards, terminated, truncated = a["rewards"][ids], a["terminated"][ids], \
             a["truncated"][ids]
         if self.autoreset_mode is AutoresetMode.DISABLED:
@@ -231,7 +236,7 @@ class PoolVectorEnv(ProcessVectorEnv):
         infos: dict[str, Any] = {}
         ended = terminated | truncated
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
-            infos["final_obs"] = masked_copy(_take_rows(self._final_obs, ids), ended)
+            infos["final_obs"] = masked_copy(take_rows(self._final_obs, ids), ended)
             infos["_final_obs"] = ended
             final_info: dict[str, Any] = {}
             for k, e in enumerate(ids_list):
@@ -333,21 +338,3 @@ class PoolVectorEnv(ProcessVectorEnv):
         self._ready[e] = None
         return 1
 
-
-def _assign_rows(dst: Any, src: Any, ids: np.ndarray) -> None:
-    if isinstance(dst, dict):
-        for key, sub in dst.items():
-            _assign_rows(sub, src[key], ids)
-    elif isinstance(dst, tuple):
-        for k, sub in enumerate(dst):
-            _assign_rows(sub, src[k], ids)
-    else:
-        dst[ids] = src
-
-
-def _take_rows(src: Any, ids: np.ndarray) -> Any:
-    if isinstance(src, dict):
-        return {key: _take_rows(sub, ids) for key, sub in src.items()}
-    if isinstance(src, tuple):
-        return tuple(_take_rows(sub, ids) for sub in src)
-    return src[ids]

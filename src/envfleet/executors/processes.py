@@ -137,7 +137,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, pin_workers: bool = False,
-                 restart_failed: bool = False) -> None:
+                 restart_failed: bool = False, spin_us: float = 0.0) -> None:
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
@@ -150,6 +150,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self.num_workers = min(num_workers, num_envs)
         self.pin_workers = bool(pin_workers)
         self.restart_failed = bool(restart_failed)
+        if isinstance(spin_us, bool) or not isinstance(spin_us, int | float) or spin_us < 0:
+            raise ValueError(f"spin_us must be a number of microseconds >= 0, got {spin_us!r}")
+        self.spin_us = float(spin_us)
         self._lost: dict[int, str] = {}  # this batch's lost workers: index -> what happened
         self._restart_infos: Infos = []  # the reset infos of their new envs (SAME_STEP)
         self._workers: list[Worker] = []
@@ -230,7 +233,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         process = self._ctx.Process(
             target=protocol.worker_main, name=f"envfleet-worker-{index}", daemon=True,
             args=(child_conn, payload, start, index, os.getpid(), core, self._lock,
-                  self._done_w))
+                  self._done_w, self.spin_us))
         process.start()
         child_conn.close()
         return Worker(index, start, stop, process, parent_conn)

@@ -122,16 +122,30 @@ def copy_batched(value: Any) -> Any:
     return value.copy()
 
 
+def take_rows(src: Any, rows: Any) -> Any:
+    """Rows ``rows`` (an index array, a slice or an int) of the batched value ``src``."""
+    if isinstance(src, dict):
+        return {key: take_rows(sub, rows) for key, sub in src.items()}
+    if isinstance(src, tuple):
+        return tuple(take_rows(sub, rows) for sub in src)
+    return src[rows]
+
+
+def assign_rows(dst: Any, src: Any, rows: Any) -> None:
+    """Store the batched value ``src`` in rows ``rows`` of the batched buffers ``dst``."""
+    if isinstance(dst, dict):
+        for key, sub in dst.items():
+            assign_rows(sub, src[key], rows)
+    elif isinstance(dst, tuple):
+        for k, sub in enumerate(dst):
+            assign_rows(sub, src[k], rows)
+    else:
+        dst[rows] = src
+
+
 def copy_row(src: Any, dst: Any, rows: int | slice) -> None:
     """Copy ``rows`` of the batched value ``src`` into the same rows of ``dst``."""
-    if isinstance(src, dict):
-        for k, v in src.items():
-            copy_row(v, dst[k], rows)
-    elif isinstance(src, tuple):
-        for k, v in enumerate(src):
-            copy_row(v, dst[k], rows)
-    else:
-        dst[rows] = src[rows]
+    assign_rows(dst, take_rows(src, rows), rows)
 
 
 def masked_copy(value: Any, mask: np.ndarray) -> Any:

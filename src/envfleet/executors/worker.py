@@ -33,6 +33,7 @@ import collections
 import contextlib
 import os
 import pickle
+import select
 import signal
 import threading
 import time
@@ -96,11 +97,48 @@ def _info_reply(infos: list, finals: list, outputs: dict | None, first: int) -> 
         return ERROR + pickle.dumps(failure.as_tuple())
 
 
+class CommandWaiter:
+    """Waits for the parent's next command on ``conn``.
+
+    A sleeping process takes tens of microseconds to wake (on the VMs measured here), a cost
+    paid on every batch when envs are light. So when recent commands came within ``spin_ns``
+    of the previous batch's end, the worker first polls its pipe for up to ``spin_ns``, giving
+    its CPU away at each turn (``sched_yield``: another runnable process, such as the parent,
+    runs first), and only then sleeps. When the parent takes longer between batches (a slow
+    policy), the worker sleeps at once and costs nothing.
+    """
+
+    def __init__(self, conn: Any, spin_ns: int) -> None:
+        self.conn = conn
+        self.spin_ns = spin_ns
+        self.gap = 0.0  # recent time from a batch's end to the next command (moving average)
+        self.idle_since: int | None = None
+        self._poller = select.poll()
+        self._poller.register(conn.fileno(), select.POLLIN)
+
+    def wait(self) -> bytes:
+        if self.spin_ns and self.idle_since is not None and self.gap < self.spin_ns:
+            poll, now, end = self._poller.poll, time.perf_counter_ns, self.idle_since + self.spin_ns
+            while not poll(0) and now() < end:
+                os.sched_yield()
+        message = self.conn.recv_bytes()
+        if self.idle_since is not None:
+            self.gap = 0.75 * self.gap + 0.25 * (time.perf_counter_ns() - self.idle_since)
+            self.idle_since = None
+        return message
+
+    def idle(self) -> None:
+        """A batch has just ended: the parent's next command is expected."""
+        self.idle_since = time.perf_counter_ns()
+
+
 def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: int,
-                core: int | None = None, lock: Any = None, done: Any = None) -> None:
+                core: int | None = None, lock: Any = None, done: Any = None,
+                spin_us: float = 0.0) -> None:
     """Run envs ``first ..`` (the factories in ``payload``) for the parent ``parent_pid``,
     on CPU ``core`` only when one is given. Shared-memory workers share ``lock`` (guarding the
-    ``sync`` counter: [finished, expected]) and ``done`` (the parent's wake-up pipe)."""
+    ``sync`` counter: [finished, expected]) and ``done`` (the parent's wake-up pipe), and
+    wait for a batch as ``CommandWaiter`` says (``spin_us``: 0 never spins)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if core is not None:
         with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed
@@ -159,6 +197,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         counter = arrays["sync"] if shared is not None else None
         finished = arrays["finished"] if shared is not None else None
         queue: collections.deque[int] = collections.deque()  # async: envs to step, in order
+        waiter = CommandWaiter(conn, int(spin_us * 1000) if counter is not None else 0)
         while True:
             if queue and not conn.poll():
                 # async: step the oldest queued env and report it at once, so that the parent
@@ -179,7 +218,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     report = ERROR + pickle.dumps(failure.as_tuple())
                 conn.send_bytes(report)
                 continue
-            message = conn.recv_bytes()
+            message = waiter.wait()
             command = message[:1]
             if command == SEND:
                 queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
@@ -230,6 +269,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 last = counter[0] == counter[1]
             if last:
                 done.send_bytes(OK)
+            waiter.idle()
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the parent is gone or closed the pipe
     finally:
