@@ -1,7 +1,8 @@
-"""The ``envfleet`` command line: one subcommand per job (``bench``; ``train`` to come).
+"""The ``envfleet`` command line: one subcommand per job (``bench``, ``train``, ``eval``).
 
-Each subcommand module provides ``add_arguments(parser)``, which sets ``func`` (taking the
-parsed arguments, returning the exit status) as the parser's default.
+Each subcommand names a function ``add_arguments(parser)`` (``module`` or ``module:function``),
+which sets ``func`` (taking the parsed arguments, returning the exit status) as the parser's
+default.
 """
 
 from __future__ import annotations
@@ -14,10 +15,15 @@ class CommandError(Exception):
     """A subcommand cannot start (bad option value, unknown env id or backend): exit status 2."""
 
 
-#: subcommand -> (module with ``add_arguments``, one-line help)
+#: subcommand -> (``module`` with ``add_arguments``, or ``module:function``; one-line help)
 COMMANDS = {
     "bench": ("envfleet.bench.runner",
               "steps/s of every backend side by side with Gymnasium and SB3 baselines"),
+    "train": ("envfleet.train.cli:add_train_arguments",
+              "train PPO on an env; report time-to-target and env-only, ideal and "
+              "end-to-end steps/s"),
+    "eval": ("envfleet.train.cli:add_eval_arguments",
+             "play a policy saved by train --save and report its mean return"),
 }
 
 
@@ -32,9 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
                                      "hardware allows.")
     parser.add_argument("--version", action="version", version=f"envfleet {__version__}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
-    for name, (module, help_text) in COMMANDS.items():
+    for name, (target, help_text) in COMMANDS.items():
         command = sub.add_parser(name, help=help_text, description=help_text)
-        importlib.import_module(module).add_arguments(command)
+        module, _, function = target.partition(":")
+        getattr(importlib.import_module(module), function or "add_arguments")(command)
     return parser
 
 

@@ -1,0 +1,41 @@
+"""Action masking: illegal actions are never sampled, never chosen greedily, carry no
+probability; the whole train() path on an executor with ``info["action_mask"]``."""
+
+from __future__ import annotations
+
+import torch
+
+import envfleet
+from envfleet.train import ppo
+from tests.train.envs import MASKED_TOY_ID, MaskedToyEnv
+
+
+def test_sampling_and_greedy_never_pick_illegal_actions():
+    torch.manual_seed(0)
+    env = envfleet.make(MASKED_TOY_ID, 4, backend="serial", seed=0)
+    agent = ppo.Agent(env.single_observation_space, env.single_action_space)
+    with torch.no_grad():  # make an action the policy would always pick, were it legal
+        agent.actor[-1].bias.copy_(torch.tensor([50.0, 0, 0, 0, 0, 0]))
+    masks = torch.rand(5000, 6) < 0.3
+    masks[torch.arange(5000), torch.randint(0, 6, (5000,))] = True
+    x = torch.randn(5000, 6)
+    actions = agent.sample(x, masks)
+    assert masks[torch.arange(5000), actions].all()
+    assert masks[torch.arange(5000), agent.greedy(x, masks)].all()
+    # illegal actions have probability 0 and the entropy stays finite
+    logp, entropy, _ = agent.get_action_and_value(x, actions, masks)
+    all_logp = agent.masked_logits(x, masks).log_softmax(-1)
+    assert (all_logp.exp()[~masks] == 0).all()
+    assert torch.isfinite(logp).all() and torch.isfinite(entropy).all()
+    env.close()
+
+
+def test_training_on_a_masked_env_never_steps_an_illegal_action():
+    MaskedToyEnv.illegal_actions = 0
+    args = ppo.Args(env_id=MASKED_TOY_ID, backend="serial", num_envs=4, num_steps=16,
+                    total_steps=2048, eval_every=1024, eval_episodes=8, seed=3,
+                    learning_rate=3e-3)
+    _agent, summary = ppo.train(args)  # the env raises on an illegal action
+    assert MaskedToyEnv.illegal_actions == 0
+    assert summary.total_steps == 2048
+    assert len(summary.evaluations) >= 2
