@@ -335,3 +335,57 @@ def test_chess_targets_and_perft_tables():
          "nodes": 197281, "nodes_per_s": 5e5}])
     assert header[-1] == "envfleet × python-chess"
     assert body == [["start", "4", "197,281", "50.0M", "500k", "100×"]]
+
+
+def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
+    """The envfleet side of the chess bench, on a stand-in with Chess-v0's API: every step
+    gets ``random_legal_actions()`` (legal for the current masks) and the mask is checked."""
+    import gymnasium
+    import numpy as np
+
+    import envfleet
+    from envfleet.bench.measure import measure
+
+    class MaskedStandIn:
+        def __init__(self, num_envs, **kwargs):
+            self.num_envs, self.kwargs, self.steps = num_envs, kwargs, 0
+            self.rng = np.random.default_rng(0)
+            self.unwrapped = self
+            self.action_space = gymnasium.spaces.MultiDiscrete([4672] * num_envs)
+
+        def _info(self):
+            self.mask = self.rng.random((self.num_envs, 4672)) < 0.01
+            self.mask[:, 7] = True
+            return {"action_mask": self.mask}
+
+        def reset(self, seed=None):
+            return np.zeros((self.num_envs, 3)), self._info()
+
+        def random_legal_actions(self):
+            return np.array([self.rng.choice(np.flatnonzero(m)) for m in self.mask])
+
+        def step(self, actions):
+            assert actions.shape == (self.num_envs,) and self.mask[
+                np.arange(self.num_envs), actions].all(), "an illegal action was played"
+            self.steps += 1
+            zeros = np.zeros(self.num_envs, dtype=bool)
+            return (np.zeros((self.num_envs, 3)), np.zeros(self.num_envs), zeros, zeros,
+                    self._info())
+
+        def close(self):
+            pass
+
+    made = []
+
+    def fake_make(env_id, num_envs, **kwargs):
+        made.append((env_id, kwargs))
+        return MaskedStandIn(num_envs, **kwargs)
+
+    monkeypatch.setattr(envfleet, "make", fake_make)
+    spec = PointSpec(env_id="Chess-v0", reference_id="Chess-v0", backend="numba", num_envs=5,
+                     threads=1, seconds=0.05, options={"copy": False})
+    row = measure(spec)
+    assert row["status"] == "ok" and row["steps_per_s"] > 0
+    assert row["action_mask_shape"] == [5, 4672]
+    assert made == [("Chess-v0", {"backend": "numba", "seed": 0, "copy": False,
+                                  "num_threads": 1})]
