@@ -176,3 +176,216 @@ def test_bad_env_for_the_backends_is_a_clear_error(tmp_path, capsys):
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "'numba' cannot run here" in err and "pool" in err
+
+
+# --- Chess-v0: the peers, perft, and the chess run ---------------------------------------------
+
+CHESS_PEER_MODULES = {"python-chess": "chess", "openspiel": "pyspiel",
+                      "openspiel-numpy": "pyspiel", "pgx": "pgx"}
+
+
+def _chess_available() -> bool:
+    from envfleet.bench.chess import chess_env_status
+
+    return chess_env_status() is None
+
+
+@pytest.mark.parametrize("peer", list(CHESS_PEER_MODULES))
+def test_each_installed_chess_peer_measures_plies(peer):
+    pytest.importorskip(CHESS_PEER_MODULES[peer])
+    spec = PointSpec(env_id="Chess-v0", reference_id="Chess-v0", backend=peer, num_envs=3,
+                     seconds=0.05)
+    row = run_point(spec, timeout=240)
+    assert row["status"] == "ok", row
+    assert row["steps_per_s"] > 0 and row["calls"] >= 3 and row["steps"] == 3 * row["calls"]
+
+
+def test_python_chess_peer_plays_legal_moves_and_restarts_finished_games():
+    chess = pytest.importorskip("chess")
+    from envfleet.bench.chess import MAX_PLIES, PythonChessGames, game_over
+
+    games = PythonChessGames(4, seed=1)
+    masks = games.reset()
+    assert [len(m) for m in masks] == [20] * 4
+    restarts = 0
+    for _ in range(400):
+        fens = [b.fen() for b in games.boards]
+        masks = games.step()
+        for fen, board, mask in zip(fens, games.boards, masks, strict=True):
+            assert mask == list(board.legal_moves)  # the mask: the position's legal moves
+            if board.move_stack:  # one legal move played from the previous position
+                previous = board.copy()
+                move = previous.pop()
+                assert previous.fen() == fen and move in chess.Board(fen).legal_moves
+            else:  # a finished game restarted from the initial position
+                restarts += 1
+                assert board.fen() == chess.STARTING_FEN
+    assert restarts >= 1  # 4 random games of 400 plies: at least one ended
+    assert max(games.plies) < MAX_PLIES
+
+    # Chess-v0's endings on scripted positions
+    def over(fen: str, plies: int = 0, pushes: tuple[str, ...] = ()) -> bool:
+        board = chess.Board(fen)
+        for uci in pushes:
+            board.push_uci(uci)
+        return game_over(board, list(board.legal_moves), plies)
+
+    start = chess.STARTING_FEN
+    assert over(start, pushes=("f2f3", "e7e5", "g2g4", "d8h4"))  # mate
+    assert over("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1")  # stalemate
+    assert over("8/8/8/4k3/8/8/8/4K3 w - - 0 1")  # insufficient material
+    assert over("8/8/8/4k3/8/8/8/R3K3 w - - 100 80")  # fifty-move rule
+    assert not over("8/8/8/4k3/8/8/8/R3K3 w - - 99 80")
+    assert over(start, pushes=("g1f3", "g8f6", "f3g1", "f6g8") * 2)  # threefold
+    assert not over(start, pushes=("g1f3", "g8f6", "f3g1", "f6g8"))
+    assert over(start, MAX_PLIES) and not over(start, MAX_PLIES - 1)
+
+
+def _chess_run(tmp_path, backends: str):
+    cmd = [sys.executable, "-m", "envfleet", "bench", "--env", "Chess-v0", "--backends",
+           backends, "--num-envs", "1,4", "--seconds", "0.05", "--perft-depth", "1",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [json.loads(x) for x in (tmp_path / "Chess-v0.jsonl").read_text().splitlines()]
+    assert lines[0]["type"] == "header" and lines[0]["settings"]["unit"] == "plies"
+    assert (tmp_path / "Chess-v0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return proc, lines[1:], (tmp_path / "Chess-v0.md").read_text()
+
+
+def test_chess_run_with_peers_writes_plies_and_perft(tmp_path):
+    pytest.importorskip("chess")
+    _, rows, md = _chess_run(tmp_path, "python-chess")
+    points = [r for r in rows if r["type"] == "point"]
+    assert [(p["series"], p["num_envs"]) for p in points] == [("python-chess", 1),
+                                                              ("python-chess", 4)]
+    assert all(p["status"] == "ok" and p["steps_per_s"] > 0 for p in points)
+    perft = [r for r in rows if r["type"] == "perft"]
+    by = {(r["series"], r["position"]): r for r in perft}
+    assert by["python-chess-perft", "start"]["nodes"] == 20
+    assert by["python-chess-perft", "kiwipete"]["nodes"] == 48
+    assert "Chess-v0: plies/s by num_envs" in md and "perft nodes/s" in md
+    assert "| start | 1 | 20 |" in md
+
+
+def test_chess_run_envfleet_side_by_side_with_a_peer(tmp_path):
+    if not _chess_available():
+        pytest.skip("Chess-v0 not available in this envfleet yet")
+    pytest.importorskip("chess")
+    proc, rows, md = _chess_run(tmp_path, "numba,python-chess")
+    points = [r for r in rows if r["type"] == "point"]
+    assert {(p["series"], p["num_envs"]) for p in points} == {
+        (s, n) for s in ("numba", "python-chess") for n in (1, 4)}
+    for p in points:
+        assert p["status"] == "ok" and p["steps_per_s"] > 0, p
+    numba = [p for p in points if p["series"] == "numba"]
+    assert all(p["action_mask_shape"] == [p["num_envs"], 4672] for p in numba)
+    assert "numba × python-chess" in md and "numba × python-chess" in proc.stdout
+    perft = {(r["series"], r["position"]): r for r in rows if r["type"] == "perft"}
+    assert perft["envfleet-perft", "start"]["status"] == "ok"
+    assert perft["envfleet-perft", "kiwipete"]["nodes"] == 48
+
+
+def test_chess_defaults_peers_and_envfleet_guarded(capsys, tmp_path):
+    from envfleet.bench.chess import PEERS, chess_env_status
+    from envfleet.bench.runner import choose_backends
+
+    missing = "Chess-v0 is not available"
+    chosen, notes = choose_backends(None, "Chess-v0", native=True, native_missing=missing)
+    assert not {"numba", "cuda", "torch", "gym-sync", "gym-numpy", "sb3-dummy"} & set(chosen)
+    assert set(chosen) <= set(PEERS)
+    assert any(n.startswith("numba: Chess-v0 is not available") for n in notes)
+    # every peer is either measured or reported as not installed
+    for peer in PEERS:
+        assert peer in chosen or any(n.startswith(f"{peer}: not installed") for n in notes)
+    if chess_env_status() is not None:  # the envfleet side is guarded, not an error
+        with pytest.raises(Exception, match="Chess-v0 is not available"):
+            choose_backends(["numba"], "Chess-v0", native=True,
+                            native_missing=chess_env_status())
+    # the peers play chess only; CartPole's defaults do not include them
+    cartpole, _ = choose_backends(None, "CartPole-v1", native=True)
+    assert not set(PEERS) & set(cartpole)
+    assert main(["bench", "--backends", "python-chess", "--out", str(tmp_path)]) == 2
+    assert "plays Chess-v0 only" in capsys.readouterr().err
+    assert main(["bench", "--perft-depth", "2", "--out", str(tmp_path)]) == 2
+    assert "Chess-v0 only" in capsys.readouterr().err
+
+
+def test_chess_targets_and_perft_tables():
+    from envfleet.bench.chess import perft_table, target_lines
+
+    def point(series, n, sps):
+        return {"type": "point", "series": series, "backend": series, "num_envs": n,
+                "status": "ok", "steps_per_s": sps, "us_per_call": 1e6 * n / sps,
+                "warmup_s": 0.5, "construct_s": 0.1}
+
+    rows = [point("numba", 512, 5e7), point("numba", 4096, 9e7),
+            point("openspiel", 512, 6e4), point("openspiel-numpy", 512, 1.5e4),
+            point("python-chess", 512, 2e5), point("pgx", 512, 4e3), point("pgx", 4096, 6e3)]
+    results = Results(rows, ["numba", "python-chess", "openspiel", "openspiel-numpy", "pgx"],
+                      primary="numba", unit="plies")
+    lines = target_lines(results)
+    assert lines[0].startswith("numba vs openspiel at N=512: 833×") and lines[0].endswith("met")
+    assert "NOT met" in lines[2]  # 250x python-chess < 300x
+    assert "at the best N of each: 15,000×" in lines[3]  # 90M @ 4096 / 6k @ 4096
+    header, body = perft_table([
+        {"series": "envfleet-perft", "position": "start", "depth": 4, "status": "ok",
+         "nodes": 197281, "nodes_per_s": 5e7},
+        {"series": "python-chess-perft", "position": "start", "depth": 4, "status": "ok",
+         "nodes": 197281, "nodes_per_s": 5e5}])
+    assert header[-1] == "envfleet × python-chess"
+    assert body == [["start", "4", "197,281", "50.0M", "500k", "100×"]]
+
+
+def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
+    """The envfleet side of the chess bench, on a stand-in with Chess-v0's API: every step
+    gets ``random_legal_actions()`` (legal for the current masks) and the mask is checked."""
+    import gymnasium
+    import numpy as np
+
+    import envfleet
+    from envfleet.bench.measure import measure
+
+    class MaskedStandIn:
+        def __init__(self, num_envs, **kwargs):
+            self.num_envs, self.kwargs, self.steps = num_envs, kwargs, 0
+            self.rng = np.random.default_rng(0)
+            self.unwrapped = self
+            self.action_space = gymnasium.spaces.MultiDiscrete([4672] * num_envs)
+
+        def _info(self):
+            self.mask = self.rng.random((self.num_envs, 4672)) < 0.01
+            self.mask[:, 7] = True
+            return {"action_mask": self.mask}
+
+        def reset(self, seed=None):
+            return np.zeros((self.num_envs, 3)), self._info()
+
+        def random_legal_actions(self):
+            return np.array([self.rng.choice(np.flatnonzero(m)) for m in self.mask])
+
+        def step(self, actions):
+            assert actions.shape == (self.num_envs,) and self.mask[
+                np.arange(self.num_envs), actions].all(), "an illegal action was played"
+            self.steps += 1
+            zeros = np.zeros(self.num_envs, dtype=bool)
+            return (np.zeros((self.num_envs, 3)), np.zeros(self.num_envs), zeros, zeros,
+                    self._info())
+
+        def close(self):
+            pass
+
+    made = []
+
+    def fake_make(env_id, num_envs, **kwargs):
+        made.append((env_id, kwargs))
+        return MaskedStandIn(num_envs, **kwargs)
+
+    monkeypatch.setattr(envfleet, "make", fake_make)
+    spec = PointSpec(env_id="Chess-v0", reference_id="Chess-v0", backend="numba", num_envs=5,
+                     threads=1, seconds=0.05, options={"copy": False})
+    row = measure(spec)
+    assert row["status"] == "ok" and row["steps_per_s"] > 0
+    assert row["action_mask_shape"] == [5, 4672]
+    assert made == [("Chess-v0", {"backend": "numba", "seed": 0, "copy": False,
+                                  "num_threads": 1})]

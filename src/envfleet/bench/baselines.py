@@ -16,6 +16,10 @@ The default sweep of a native id measures gym-numpy, gym-sync and sb3-dummy (``N
 the process-per-env baselines are for comparing envfleet's executors, and are measured by
 default for other Gymnasium ids.
 
+Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``bench/chess.py``)
+are baselines that play one env id (``plays``) and their own random legal moves
+(``BaselineEnv.action_space`` is None); ``native_default(env_id)`` gives them as its default.
+
 This module only imports Gymnasium at module level; Stable-Baselines3 (which imports torch) is
 imported when an ``sb3-*`` env is built, inside the measuring worker.
 """
@@ -29,6 +33,9 @@ from typing import Any
 
 import gymnasium
 import numpy as np
+
+from envfleet.bench.chess import CHESS_ID, peer_baselines
+from envfleet.bench.chess import PEERS as CHESS_PEERS
 
 #: Python-loop baselines hold one Python env object per env (~6-10 KB each, seconds to build
 #: 65,536 of them): by default they are not measured above this many envs.
@@ -50,11 +57,20 @@ class Baseline:
     requires: str | None = None  # an optional module it needs
     #: starts one worker process per env (bounded by ``--process-max-envs``)
     process_per_env: bool = False
+    #: the one env id it plays (a game-specific peer), None: any Gymnasium id
+    plays: str | None = None
+    #: the threads it steps on (None: its own choice, e.g. XLA's)
+    threads: int | None = 1
 
     def status(self, reference_id: str) -> str | None:
         """None when this baseline can run ``reference_id`` here, else the reason it cannot."""
+        if self.plays is not None and reference_id != self.plays:
+            return f"{self.name} plays {self.plays} only"
+        if self.plays is None and reference_id in GAME_PEER_IDS:
+            return f"Gymnasium has no {reference_id} env"
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            return f"needs {self.requires} (pip install 'envfleet[bench]')"
+            extra = "chess-bench" if self.plays == CHESS_ID else "bench"
+            return f"not installed: needs {self.requires} (pip install 'envfleet[{extra}]')"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
             return f"Gymnasium has no NumPy vector env for {reference_id}"
         return None
@@ -65,8 +81,10 @@ class BaselineEnv:
     """A built baseline with the one interface the measuring loop needs."""
 
     reset: Callable[[], Any]  # seeds and resets every env, returns the first observations
-    step: Callable[[Any], Any]  # steps every env with a batch of actions
-    action_space: gymnasium.spaces.Space  # the batched action space
+    #: steps every env with a batch of actions; without an action space, plays its own
+    #: (random legal) actions: ``step()``
+    step: Callable[..., Any]
+    action_space: gymnasium.spaces.Space | None  # the batched action space
     close: Callable[[], None]
 
 
@@ -125,9 +143,17 @@ BASELINES: dict[str, Baseline] = {
                  _gym_vector("async"), process_per_env=True),
         Baseline("sb3-subproc", "Stable-Baselines3 SubprocVecEnv", True, _sb3_subproc,
                  requires="stable_baselines3", process_per_env=True),
+        *peer_baselines(),
     )
 }
 #: the baselines a native id's default sweep measures (what ``envfleet bench`` always showed)
 NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy")
+#: env ids measured against their own peers instead of Gymnasium's envs
+GAME_PEER_IDS = {CHESS_ID: CHESS_PEERS}
+
+
+def native_default(env_id: str) -> tuple[str, ...]:
+    """The baselines a native id's default sweep measures."""
+    return GAME_PEER_IDS.get(env_id, NATIVE_DEFAULT)
 #: the baselines envfleet's executors (``pool``) are compared with in the ratio columns
 EXECUTOR_RIVALS = ("gym-sync", "gym-async", "sb3-subproc")

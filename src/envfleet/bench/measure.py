@@ -9,6 +9,11 @@ Per point: build the envs (``construct_s``), then time the first reset + first s
 (``warmup_s``: JIT compilation, thread-pool start, first touch of the buffers), then a short
 untimed warm-up, then step with one fixed batch of random valid actions for ``seconds``
 (at least ``min_calls`` calls). ``steps_per_s = num_envs * calls / elapsed``.
+
+Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actions()`` and
+``info["action_mask"]``) are stepped with fresh random legal actions every call, and baselines
+without an action space (the chess peers) play their own; perft points (``bench/chess.py``)
+count nodes instead of steps.
 """
 
 from __future__ import annotations
@@ -22,6 +27,8 @@ import traceback
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from envfleet.bench.chess import PERFT_SERIES
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
 NATIVE_BACKENDS = ("numba", "torch", "cuda")
@@ -154,7 +161,7 @@ def _device_sync(backend: str, obs: Any) -> tuple[str, Callable[[], None]]:
 
 def _as_backend_actions(actions: Any, obs: Any) -> Any:
     """The action batch in the outputs' array type: a tensor on their device, or NumPy."""
-    if not _is_tensor(obs):
+    if actions is None or not _is_tensor(obs):
         return actions
     import torch
 
@@ -171,6 +178,14 @@ def _import_for(backend: str) -> None:
         import torch  # noqa: F401
     if backend.startswith("sb3-"):
         import stable_baselines3  # noqa: F401
+    if backend == "pgx":
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on CPU, before jax is imported
+        import jax  # noqa: F401
+        import pgx  # noqa: F401
+    if backend in ("openspiel", "openspiel-numpy"):
+        import pyspiel  # noqa: F401
+    if backend == "python-chess":
+        import chess  # noqa: F401
 
 
 def measure(spec: PointSpec) -> dict[str, Any]:
@@ -193,21 +208,30 @@ def measure(spec: PointSpec) -> dict[str, Any]:
                             backend=spec.backend, seed=spec.seed, **options)
         reset, step_env, batched_actions, close = (
             lambda: env.reset(seed=spec.seed)[0], env.step, env.action_space, env.close)
+        # masked envs: the valid actions depend on the state, drawn anew every step
+        legal = getattr(env.unwrapped, "random_legal_actions", None)
+        if legal is not None:
+            step_env, batched_actions = (lambda _: env.step(legal())), None
         if executor:  # worker processes (pool: as many as it actually started)
             result["num_workers"] = getattr(env.unwrapped, "num_workers",
                                             spec.num_envs if spec.backend == "subprocess" else 0)
     else:
         from envfleet.bench.baselines import BASELINES
 
-        built = BASELINES[spec.backend].build(spec.reference_id, spec.num_envs, spec.seed)
+        baseline = BASELINES[spec.backend]
+        built = baseline.build(spec.reference_id, spec.num_envs, spec.seed)
         reset, step_env, batched_actions, close = (
             built.reset, built.step, built.action_space, built.close)
-        result["threads"] = 1  # a Python loop / single-threaded NumPy
+        if batched_actions is None:  # it plays its own actions
+            step_env = lambda _, play=built.step: play()  # noqa: E731
+        result["threads"] = baseline.threads  # 1: a Python loop / single-threaded NumPy
     construct_s = time.perf_counter() - t0
 
     # one fixed batch of random valid actions, drawn before the clock starts
-    batched_actions.seed(spec.seed)
-    actions = batched_actions.sample()
+    actions = None
+    if batched_actions is not None:
+        batched_actions.seed(spec.seed)
+        actions = batched_actions.sample()
 
     t0 = time.perf_counter()
     obs = reset()
@@ -219,9 +243,14 @@ def measure(spec: PointSpec) -> dict[str, Any]:
 
         result["threads"] = torch.get_num_threads()
     t0 = time.perf_counter()
-    step_env(actions)
+    first = step_env(actions)
     sync()
     first_step_s = time.perf_counter() - t0
+    if (native or executor) and batched_actions is None:  # a masked env: check its mask
+        mask = first[4].get("action_mask") if isinstance(first[4], dict) else None
+        if mask is None:
+            raise RuntimeError("the env has random_legal_actions() but no info['action_mask']")
+        result["action_mask_shape"] = list(mask.shape)
 
     # untimed warm-up: a tenth of the budget, one call at least
     t0 = time.perf_counter()
@@ -265,7 +294,12 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     spec = PointSpec(**json.loads(args[0]))
     try:
-        result = measure(spec)
+        if spec.backend in PERFT_SERIES:
+            from envfleet.bench.chess import measure_perft
+
+            result = measure_perft(spec)
+        else:
+            result = measure(spec)
     except Exception as error:  # reported as a failure row by the parent
         result = {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads,
                   "status": "failed", "error": f"{type(error).__name__}: {error}",

@@ -150,9 +150,10 @@ class Results:
 
     def __init__(self, rows: Iterable[dict[str, Any]], series: list[str],
                  primary: str | None,
-                 comparisons: list[tuple[str, str]] | None = None) -> None:
+                 comparisons: list[tuple[str, str]] | None = None, unit: str = "steps") -> None:
         """``comparisons``: the (ours, baseline) ratio columns; default: the primary series
-        against every baseline series."""
+        against every baseline series. ``unit``: what a step is called (chess: plies)."""
+        self.unit = unit
         self.rows = [r for r in rows if r.get("type", "point") == "point"]
         self.series = series
         self.primary = primary
@@ -167,6 +168,11 @@ class Results:
 
     def get(self, series: str, n: int) -> dict[str, Any] | None:
         return self.by_key.get((series, n))
+
+    def get_best(self, series: str) -> dict[str, Any] | None:
+        """The measured point of ``series`` with the most steps/s (None: none measured)."""
+        ok = [r for n in self.num_envs if _ok(r := self.get(series, n))]
+        return max(ok, key=lambda r: r["steps_per_s"], default=None)
 
     def ratio(self, baseline: str, n: int, ours: str | None = None) -> float | None:
         """``ours`` (default: the primary) steps/s over ``baseline`` steps/s at ``n`` envs,
@@ -242,7 +248,7 @@ def rich_tables(results: Results, title: str) -> tuple[Table, Table]:
         main.add_row(*(f"[{style}]{text}[/]" if style and text else text
                        for text, style in cells))
     sheader, sbody = results.startup_table()
-    startup = Table(title="Start-up and per-call cost (not included in steps/s)",
+    startup = Table(title=f"Start-up and per-call cost (not included in {results.unit}/s)",
                     title_justify="left")
     for i, h in enumerate(sheader):
         startup.add_column(h, justify="left" if i == 0 else "right")
@@ -267,11 +273,11 @@ def markdown(results: Results, env_id: str, info: dict[str, Any], settings: dict
     text_body = [[text for text, _ in row] for row in body]
     cores = f"{info['usable_cores']} usable core{'s' if info['usable_cores'] != 1 else ''}"
     parts = [
-        f"### {env_id}: steps/s by num_envs",
+        f"### {env_id}: {results.unit}/s by num_envs",
         "",
         _md_table(header, text_body),
         "",
-        "Start-up and per-call cost (not included in steps/s):",
+        f"Start-up and per-call cost (not included in {results.unit}/s):",
         "",
         _md_table(sheader, sbody),
         "",
@@ -318,7 +324,7 @@ def plot(results: Results, env_id: str, info: dict[str, Any], path: Path) -> str
     ax.set_xticks(results.num_envs, [envs_label(n) for n in results.num_envs])
     ax.minorticks_off()
     ax.set_xlabel("num_envs")
-    ax.set_ylabel("steps/s")
+    ax.set_ylabel(f"{results.unit}/s")
     ax.set_title(f"envfleet bench {env_id}: {info['cpu']}, {info['usable_cores']} cores, "
                  f"{info['date'][:10]}", fontsize=10)
     ax.grid(True, which="major", alpha=0.4)

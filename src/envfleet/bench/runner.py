@@ -8,6 +8,10 @@ A native id (``CartPole-v1``) is measured by default on its native backends next
 gym-sync and sb3-dummy; any other Gymnasium id on envfleet's executors (serial, subprocess,
 pool) next to every baseline that can run it. Executors can be asked for on a native id too
 (they run the Gymnasium env of the same id).
+
+``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx) at
+smaller num_envs, then perft nodes/s (``bench/chess.py``); its peers still run when this
+envfleet has no Chess-v0 yet.
 """
 
 from __future__ import annotations
@@ -31,12 +35,14 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
+from envfleet.bench import chess
 from envfleet.bench.baselines import (
     BASELINES,
     EXECUTOR_RIVALS,
     NATIVE_DEFAULT,
     PROCESS_MAX_ENVS,
     PYTHON_LOOP_MAX_ENVS,
+    native_default,
 )
 from envfleet.bench.measure import (
     EXECUTOR_BACKENDS,
@@ -73,13 +79,15 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--backends", type=_names,
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
-             f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; other ids: the "
+             f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
+             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; other ids: the "
              "executors and every baseline; each only if it can run here, cuda not under "
              "the CUDA simulator)")
     parser.add_argument(
         "--num-envs", type=_ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
-             f"{','.join(map(str, DEFAULT_NUM_ENVS))}; other ids: "
+             f"{','.join(map(str, DEFAULT_NUM_ENVS))}; {chess.CHESS_ID}: "
+             f"{','.join(map(str, chess.DEFAULT_NUM_ENVS))}; other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
     parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
@@ -93,10 +101,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="folder for <env>.jsonl, <env>.md, <env>.png "
                              "(default: ./%(default)s)")
     parser.add_argument(
-        "--baseline-max-envs", type=_positive_int, default=PYTHON_LOOP_MAX_ENVS, metavar="N",
+        "--baseline-max-envs", type=_positive_int, metavar="N",
         help="largest num_envs for the baselines and executors that build one Python env per "
              f"env ({', '.join(b.name for b in BASELINES.values() if b.python_loop)}, "
-             f"{', '.join(EXECUTOR_BACKENDS)}; default: %(default)s)")
+             f"{', '.join(EXECUTOR_BACKENDS)}; default: {PYTHON_LOOP_MAX_ENVS}, "
+             f"{chess.CHESS_ID}: {chess.PYTHON_PEER_MAX_ENVS})")
     parser.add_argument(
         "--process-max-envs", type=_positive_int, default=PROCESS_MAX_ENVS, metavar="N",
         help="largest num_envs for those that start one process per env (subprocess, "
@@ -112,6 +121,11 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                "(default: the backend's own default)")
     parser.add_argument("--threads-per-block", type=_positive_int,
                         help="CUDA threads per block for the cuda backend")
+    parser.add_argument(
+        "--perft-depth", type=int, metavar="D",
+        help=f"{chess.CHESS_ID} only: perft at most D plies deep on each position (default: "
+             + ", ".join(f"{name} {depth}" for name, _, depth, _ in chess.PERFT_POSITIONS)
+             + "; 0: no perft)")
     parser.set_defaults(func=run)
 
 
@@ -170,13 +184,14 @@ def _default_threads() -> int:
     return default_threads()
 
 
-def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True
-                    ) -> tuple[list[str], list[str]]:
+def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True,
+                    native_missing: str | None = None) -> tuple[list[str], list[str]]:
     """(backends to measure, notes on those left out). Explicit requests must be runnable.
 
     ``native``: the env id is a native one (native backends can run it; the default is its
-    native backends and ``NATIVE_DEFAULT``); else the default is the executors and every
-    baseline.
+    native backends and ``native_default(reference_id)``); else the default is the executors
+    and every baseline that plays any id. ``native_missing``: why this envfleet cannot run the
+    native id yet (its peers still can).
     """
     import envfleet
     from envfleet.registry import NATIVE_ENVS, backend_status
@@ -187,6 +202,10 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
         if name in NATIVE_BACKENDS and not native:
             return (f"native backends run envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
                     f"{reference_id!r} runs on the executors ({', '.join(EXECUTOR_BACKENDS)})")
+        if name in NATIVE_BACKENDS and native_missing:
+            return native_missing
+        if name in EXECUTOR_BACKENDS and chess.is_chess(reference_id):
+            return f"Gymnasium has no {reference_id} env for the executors to run"
         return backend_status(name)
 
     if requested is not None:
@@ -202,9 +221,16 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
 
     chosen, notes = [], []
     available = envfleet.available_backends()
-    default = (*NATIVE_BACKENDS, *NATIVE_DEFAULT) if native else (*EXECUTOR_BACKENDS, *BASELINES)
+    if not native:
+        default = (*EXECUTOR_BACKENDS, *(b for b in BASELINES if BASELINES[b].plays is None))
+    elif chess.is_chess(reference_id):
+        default = (*chess.NATIVE, *native_default(reference_id))
+    else:
+        default = (*NATIVE_BACKENDS, *native_default(reference_id))
     for b in default:
-        if b in NATIVE_BACKENDS and b not in available:
+        if b in NATIVE_BACKENDS and native_missing:
+            notes.append(f"{b}: {native_missing}")
+        elif b in NATIVE_BACKENDS and b not in available:
             notes.append(f"{b}: {backend_status(b)}")
         elif b == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
             notes.append("cuda: the CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1), "
@@ -240,7 +266,7 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
             series.append((b, b, None, None))
     series += [(b, b, None, None) for b in baselines]
 
-    max_python = getattr(args, "baseline_max_envs", PYTHON_LOOP_MAX_ENVS)
+    max_python = getattr(args, "baseline_max_envs", None) or default_baseline_max_envs(env_id)
     max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
     points = []
     for n in num_envs:
@@ -252,6 +278,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 options["threads_per_block"] = args.threads_per_block
             if backend == "pool" and w is not None:
                 options["num_workers"] = w
+            if backend in NATIVE_BACKENDS and chess.is_chess(env_id):
+                options["copy"] = False  # the mask and observations as a network reads them
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
                              num_envs=n, threads=t, seconds=args.seconds, options=options)
             skip = None
@@ -266,6 +294,11 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                         "(one Python env object per env: slow to build, ~6-10 KB each)")
             points.append(Planned(label, spec, skip))
     return points, [(label, backend) for label, backend, _, _ in series]
+
+
+def default_baseline_max_envs(env_id: str) -> int:
+    """``--baseline-max-envs``'s default for ``env_id``."""
+    return chess.PYTHON_PEER_MAX_ENVS if chess.is_chess(env_id) else PYTHON_LOOP_MAX_ENVS
 
 
 def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[str, str]]]:
@@ -313,12 +346,15 @@ def wait_until_quiet(limit_s: float, progress: Progress, task: Any, what: str) -
                                           f"{load:.1f} cores) before {what}")
 
 
-def _summary(row: dict[str, Any]) -> str:
+def _summary(row: dict[str, Any], unit: str = "steps") -> str:
     where = f"{row['series']:>12} @ {row['num_envs']:>9,} envs"
+    if row.get("type") == "perft":
+        where = f"{row['series']:>12} {row['position']} depth {row['depth']}"
+        unit = "nodes"
     if row["status"] == "ok":
         load = row.get("background_load")
         noisy = f", [yellow]other processes: {load:.1f} cores[/]" if busy(row) else ""
-        return (f"{where}: {human(row['steps_per_s']):>6} steps/s  "
+        return (f"{where}: {human(row['steps_per_s']):>6} {unit}/s  "
                 f"{micros(row['us_per_call']):>9}/call  "
                 f"(build {row['construct_s']:.2f} s, JIT/warm-up {row['warmup_s']:.2f} s{noisy})")
     if row["status"] == "skipped":
@@ -334,24 +370,40 @@ def run(args: argparse.Namespace) -> int:
     t_start = time.perf_counter()
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
     native = _native_name(args.env) is not None
+    native_missing = None
     try:
         if native:
             native_spec = _native_spec(args.env)
             env_id, reference_id = native_spec.id, native_spec.reference_id
+            if chess.is_chess(env_id):
+                reference_id = env_id  # its peers play it; there is no Gymnasium chess
+        elif chess.is_chess(args.env):  # this envfleet has no Chess-v0 yet: the peers still run
+            native, native_missing = True, chess.chess_env_status()
+            env_id = reference_id = args.env
         else:
             _gym_spec(args.env)
             env_id = reference_id = args.env
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
-    backends, notes = choose_backends(args.backends, reference_id, native)
+    backends, notes = choose_backends(args.backends, reference_id, native, native_missing)
     if not backends:
         raise CommandError("nothing to measure: no backend can run here")
     if args.num_workers and "pool" not in backends:
         raise CommandError("--num-workers sweeps the pool backend, which is not measured")
-    num_envs = args.num_envs or list(DEFAULT_NUM_ENVS if native else DEFAULT_EXECUTOR_NUM_ENVS)
+    is_chess = chess.is_chess(env_id)
+    if args.perft_depth is not None and not is_chess:
+        raise CommandError(f"--perft-depth is for {chess.CHESS_ID} only")
+    num_envs = args.num_envs or list(chess.DEFAULT_NUM_ENVS if is_chess else DEFAULT_NUM_ENVS
+                                     if native else DEFAULT_EXECUTOR_NUM_ENVS)
+    if args.baseline_max_envs is None:
+        args.baseline_max_envs = default_baseline_max_envs(env_id)
     threads = args.threads or [_default_threads()]
     points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
     series = [label for label, _ in columns]
+    unit = "plies" if is_chess else "steps"
+    if is_chess:  # then perft, position by position (envfleet's and python-chess's)
+        points += [Planned(name, spec, skip)
+                   for name, spec, skip in chess.perft_specs(args.perft_depth, args.seconds)]
     # ratio columns: the first native series vs every baseline, pool vs EXECUTOR_RIVALS
     primary, pairs = comparisons(columns)
 
@@ -359,6 +411,8 @@ def run(args: argparse.Namespace) -> int:
     settings = {"env": env_id, "backends": backends, "num_envs": num_envs,
                 "threads": threads, "seconds": args.seconds,
                 "baseline_max_envs": args.baseline_max_envs, "timeout_s": args.timeout}
+    if is_chess:
+        settings.update(unit=unit, perft_depth=args.perft_depth)
     if any(b in EXECUTOR_BACKENDS or BASELINES[b].process_per_env
            for b in backends if b not in NATIVE_BACKENDS):
         settings.update(num_workers=args.num_workers, process_max_envs=args.process_max_envs)
@@ -387,7 +441,9 @@ def run(args: argparse.Namespace) -> int:
             task = progress.add_task("starting", total=len(points))
             for p in points:
                 s = p.spec
-                what = f"{p.series} num_envs={s.num_envs:,}"
+                perft = p.series in chess.PERFT_SERIES
+                what = (f"{p.series} {s.options['position']} depth {s.options['depth']}"
+                        if perft else f"{p.series} num_envs={s.num_envs:,}")
                 if s.threads:
                     what += f" threads={s.threads}"
                 if "num_workers" in s.options:
@@ -402,14 +458,17 @@ def run(args: argparse.Namespace) -> int:
                         wait_until_quiet(args.wait_quiet, progress, task, what)
                         progress.update(task, description=f"measuring {what}")
                     row = run_point(s, args.timeout, env=_worker_env(s))
-                row = {"type": "point", "series": p.series, "env": env_id, **row}
+                row = {"type": "perft" if perft else "point", "series": p.series,
+                       "env": env_id, **row}
+                if perft:
+                    row.update(position=s.options["position"], depth=s.options["depth"])
                 if row["status"] == "timeout":
                     dead[p.series] = f"timed out at {s.num_envs:,} envs"
                 elif row.get("unavailable"):
                     dead[p.series] = f"unavailable: {row['error']}"
                 rows.append(row)
                 jsonl.write(row)
-                progress.console.print(_summary(row))
+                progress.console.print(_summary(row, unit))
                 progress.advance(task)
             progress.update(task, description="done")
     except KeyboardInterrupt:
@@ -418,7 +477,8 @@ def run(args: argparse.Namespace) -> int:
     finally:
         jsonl.close()
 
-    results = Results(rows, series, primary, pairs)
+    results = Results(rows, series, primary, pairs, unit=unit)
+    perft_rows = [r for r in rows if r["type"] == "perft"]
     if not results.num_envs:
         return 130 if interrupted else 1
     if primary and {ours for ours, _ in results.comparisons} <= {primary}:
@@ -428,15 +488,20 @@ def run(args: argparse.Namespace) -> int:
     else:
         what = ")"
     main_table, startup = rich_tables(
-        results, f"{env_id} steps/s ({args.seconds:g} s per point" + what)
+        results, f"{env_id} {unit}/s ({args.seconds:g} s per point" + what)
     console.print(main_table)
     console.print(startup)
     for line in results.problems():
         console.print(f"[dim]- {escape(line)}[/]")
+    extra = ""
+    if is_chess:
+        extra = chess.markdown_sections(results, perft_rows)
+        for table in chess.rich_sections(results, perft_rows):
+            console.print(table)
 
     command = "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
     md_path = args.out / f"{stem}.md"
-    md_path.write_text(markdown(results, env_id, info, settings, command))
+    md_path.write_text(markdown(results, env_id, info, settings, command) + extra)
     png_path = args.out / f"{stem}.png"
     why_not = plot(results, env_id, info, png_path)
     written = [jsonl.path, md_path] + ([] if why_not else [png_path])
