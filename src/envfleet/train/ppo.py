@@ -216,18 +216,21 @@ class Agent(nn.Module):
         return self.masked_logits(x, mask).argmax(-1) if self.discrete else self.actor(x)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor,
-                             mask: torch.Tensor | None
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-prob of ``action``, entropy, value) under the current parameters."""
+                             mask: torch.Tensor | None, with_entropy: bool = True
+                             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(log-prob of ``action``, entropy or None, value) under the current parameters."""
+        entropy = None
         if self.discrete:
             logp_all = self.masked_logits(x, mask).log_softmax(-1)
-            logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            if with_entropy:
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
         else:
             mean, logstd = self.actor(x), self.actor_logstd.expand(x.shape[0], -1)
             logprob = (-0.5 * ((action - mean) / logstd.exp()) ** 2 - logstd
                        - 0.5 * math.log(2 * math.pi)).sum(-1)
-            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
+            if with_entropy:
+                entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
         return logprob, entropy, self.get_value(x)
 
 
@@ -368,12 +371,17 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
     size = keep.shape[0]
     mb_size = max(1, math.ceil(size / args.num_minibatches))
     stats = {"approx_kl": 0.0, "clipfrac": 0.0, "pg_loss": 0.0, "v_loss": 0.0, "entropy": 0.0}
+    whole = slice(None)  # one minibatch: the whole batch, no shuffling or gathering needed
     for _epoch in range(args.update_epochs):
-        order = torch.randperm(size, generator=generator).to(b_x.device)
-        for start in range(0, size, mb_size):
-            mb = order[start:start + mb_size] if args.num_minibatches > 1 else order
+        if args.num_minibatches > 1:
+            order = torch.randperm(size, generator=generator).to(b_x.device)
+            minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
+        else:
+            minibatches = [whole]
+        for mb in minibatches:
             newlogprob, entropy, newvalue = agent.get_action_and_value(
-                b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb])
+                b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb],
+                with_entropy=args.ent_coef != 0)
             logratio = newlogprob - b_logprobs[mb]
             ratio = logratio.exp()
             adv = b_adv[mb]
@@ -388,8 +396,10 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
                                          (v_clipped - b_returns[mb]) ** 2).mean()
             else:
                 v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            loss = pg_loss + args.vf_coef * v_loss
+            if entropy is not None:
+                entropy_loss = entropy.mean()
+                loss = loss - args.ent_coef * entropy_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if args.max_grad_norm > 0:
@@ -401,7 +411,7 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
             break
     with torch.no_grad():
         stats.update(approx_kl=approx_kl.item(), pg_loss=pg_loss.item(), v_loss=v_loss.item(),
-                     entropy=entropy_loss.item(),
+                     entropy=entropy_loss.item() if entropy is not None else float("nan"),
                      clipfrac=((ratio - 1).abs() > args.clip_coef).float().mean().item())
     return stats
 
@@ -520,9 +530,12 @@ class IdealLoop:
     def iterate(self) -> float:
         """One ideal iteration; returns the seconds it took."""
         t0 = time.perf_counter()
-        collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, Clock(),
-                self.bounds, self.torch_actions)
-        update(self.agent, self.optimizer, self.buf, self.args, 1.0, self.generator)
+        device = torch.device(self.args.device)
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # training's random stream is untouched
+            collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, Clock(),
+                    self.bounds, self.torch_actions)
+            update(self.agent, self.optimizer, self.buf, self.args, 1.0, self.generator)
         spent = time.perf_counter() - t0
         self.steps += self.args.num_steps * self.args.num_envs
         self.seconds += spent
