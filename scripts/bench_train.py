@@ -17,7 +17,8 @@ Contenders, each seed in a fresh process (no shared JIT, thread pools or warm ca
   CartPole); time = training time **excluding** those evaluations (reported apart, ``eval_s``).
   Model construction is excluded too.
 - ``sb3-zoo-facade``: the same SB3 PPO on envfleet's SB3 facade
-  (``envfleet.sb3.to_sb3("CartPole-v1", 8, backend="numba")``), measured the same way.
+  (``envfleet.sb3.to_sb3("CartPole-v1", 8, backend="numba")``), measured the same way (its JIT
+  compile happens before training: one reset and step, reported in ``compile_s``).
 
 Then the num_envs sweep (envfleet, seed 1..k): the same recipe with more envs, keeping one
 256-sample minibatch per gradient step and about 20 gradient steps per rollout (fewer epochs as
@@ -76,6 +77,7 @@ def sweep_settings(num_envs: int) -> dict[str, Any]:
 
 
 def run_sb3(seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
+    import numpy as np
     import torch
     from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
@@ -88,6 +90,8 @@ def run_sb3(seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
         from envfleet.sb3 import to_sb3
 
         env = to_sb3("CartPole-v1", 8, backend="numba", seed=seed)
+        env.reset()  # JIT-compile the kernels now, outside the timed training
+        env.step(np.zeros(8, dtype=np.int64))
     else:
         env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
     eval_env = make_vec_env("CartPole-v1", n_envs=10, seed=seed + 10_000)
