@@ -303,7 +303,7 @@ _LOWER_FOR_GPU = textwrap.dedent("""
     for mode in (driver.NEXT_STEP, driver.SAME_STEP, driver.DISABLED):
         validate, step, reset = cuda_backend.compile_kernels(spec, mode)
         for kernel, args in (
-            (validate, (n, actions, bounds, flags, counters, 0)),
+            (validate, (n, state, params, actions, bounds, flags, counters, 0)),
             (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags, flags,
                     obs, counters, 0)),
             (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),

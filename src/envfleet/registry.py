@@ -18,12 +18,14 @@ from typing import Any
 import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from envfleet.chess import env as chess_env
 from envfleet.native import cartpole
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.spec import NativeEnvSpec
 from envfleet.native.vector_env import NativeVectorEnv, check_seed, parse_autoreset_mode
 
-NATIVE_ENVS: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC,)}
+NATIVE_ENVS: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC,
+                                                                      chess_env.SPEC)}
 
 #: backend -> (engine class path, keyword options the backend takes)
 NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -80,7 +82,8 @@ def available_backends() -> list[str]:
 def list_envs() -> dict[str, list[str]]:
     """Every env id envfleet knows, with the backends that can run it here."""
     backends = available_backends()
-    return {env_id: list(backends) for env_id in NATIVE_ENVS}
+    return {env_id: [b for b in backends if b in spec.backends]
+            for env_id, spec in NATIVE_ENVS.items()}
 
 
 def _native_name(env_id: str) -> str | None:
@@ -185,14 +188,16 @@ def make(
             f"backend {backend!r} runs envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
             f"run {what} with backend 'serial', 'subprocess' or 'pool'")
     spec = NATIVE_ENVS[native]
+    if backend not in spec.backends:
+        raise BackendUnavailableError(
+            f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}")
     _check_num_envs(num_envs)
     reason = backend_status(backend)
     if reason is not None:
         raise BackendUnavailableError(f"backend {backend!r} cannot run here: {reason}")
     mode = parse_autoreset_mode(autoreset_mode)
-    if max_episode_steps is None:
-        max_episode_steps = spec.max_episode_steps
-    _check_max_steps(max_episode_steps)
+    if max_episode_steps is not None:
+        _check_max_steps(max_episode_steps)
 
     engine_path, option_names = NATIVE_BACKENDS[backend]
     options = _backend_options(env_kwargs, option_names, backend)
@@ -200,11 +205,17 @@ def make(
         params = spec.make_params(**env_kwargs)
     except TypeError as error:
         raise TypeError(f"{spec.id}: {error}") from None
+    if spec.specialize is not None:
+        spec = spec.specialize(params)
+    if max_episode_steps is None:
+        max_episode_steps = (spec.default_max_steps(params) if spec.default_max_steps
+                             else spec.max_episode_steps)
     module, cls = engine_path.split(":")
     engine_cls = getattr(importlib.import_module(module), cls)
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
-    return NativeVectorEnv(spec, num_envs, engine, backend=backend, autoreset_mode=mode,
-                           seed=seed, copy=copy)
+    env_cls = spec.vector_env_class() if spec.vector_env_class else NativeVectorEnv
+    return env_cls(spec, num_envs, engine, backend=backend, autoreset_mode=mode, seed=seed,
+                   copy=copy)
 
 
 def _backend_options(env_kwargs: dict[str, Any], option_names: tuple[str, ...],
@@ -272,10 +283,12 @@ def register_with_gymnasium() -> None:
         full_id = f"{GYM_NAMESPACE}/{env_id}"
         if full_id in gymnasium.registry:
             continue
-        reference = gymnasium.spec(spec.reference_id)
+        # the single-env entry point is the reference Gymnasium env (none for chess)
+        entry_point = gymnasium.spec(spec.reference_id).entry_point if spec.reference_id \
+            else None
         gymnasium.register(
             id=full_id,
-            entry_point=reference.entry_point,
+            entry_point=entry_point,
             vector_entry_point=functools.partial(make, env_id),
             max_episode_steps=spec.max_episode_steps,
         )

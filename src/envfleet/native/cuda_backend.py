@@ -54,12 +54,12 @@ def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode)
 
     @cuda.jit
-    def validate(n, actions, bounds, pending, counters, slot):
+    def validate(n, state, params, actions, bounds, pending, counters, slot):
         i = cuda.grid(1)
         if i == 0:
             counters[_ENDED] = 0
             counters[1 - slot] = n  # arm the next step's slot (this step's was armed before)
-        if i < n and refuse(i, actions, bounds, pending):
+        if i < n and refuse(i, state, params, actions, bounds, pending):
             cuda.atomic.min(counters, slot, i)
 
     @cuda.jit
@@ -132,6 +132,8 @@ class CudaEngine:
             )
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.params, self.max_episode_steps = params, max_episode_steps
+        # what the kernels see: the family may keep part of params to itself
+        self.kernel_params = spec.kernel_params(params) if spec.kernel_params else params
         self.threads_per_block = threads_per_block
         self._grid = ((num_envs + threads_per_block - 1) // threads_per_block, threads_per_block)
         self._validate, self._step, self._reset = compile_kernels(spec, mode)
@@ -205,7 +207,8 @@ class CudaEngine:
                                        stream=stream)
         with _quiet_simulator():
             self._reset[launch](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
-                                    self._state, self.params, self._rng, self._pending,
+                                    self._state, self.kernel_params, self._rng,
+                                    self._pending,
                                     self._obs_rows)
 
     def _load_actions(self, actions: Any, stream: Any) -> None:
@@ -225,9 +228,9 @@ class CudaEngine:
         n, slot = self.num_envs, self._slot
         self._slot = 1 - slot
         with _quiet_simulator():
-            self._validate[launch](n, self._actions, self._bounds, self._pending,
-                                       self._counters, slot)
-            self._step[launch](n, self._state, self.params, self._actions, self._rng,
+            self._validate[launch](n, self._state, self.kernel_params, self._actions,
+                                       self._bounds, self._pending, self._counters, slot)
+            self._step[launch](n, self._state, self.kernel_params, self._actions, self._rng,
                                    self.max_episode_steps, self._pending, self._obs_rows,
                                    self._rewards, self._terminated, self._truncated,
                                    self._final_obs_rows, self._counters, slot)
@@ -239,8 +242,23 @@ class CudaEngine:
         if refused < n:
             needs_reset = self.mode == DISABLED and bool(self._pending[refused])
             raise refused_step_error(self.spec, refused, self._actions.copy_to_host(),
-                                     needs_reset)
+                                     needs_reset, self)
         return int(counters[_ENDED])
+
+    def read_state(self, name: str, i: int) -> Any:
+        """Env i's row of state column ``name``, copied to the host."""
+        return getattr(self._state, name)[i:i + 1].copy_to_host()[0]
+
+    def write_state(self, name: str, mask: np.ndarray, values: np.ndarray) -> None:
+        """Set the masked rows of state column ``name`` from ``values`` (one row per env)."""
+        column = getattr(self._state, name)
+        host = column.copy_to_host()
+        host[mask] = values[mask]
+        column.copy_to_device(host)
+
+    def host_state(self, name: str) -> np.ndarray:
+        """State column ``name`` copied to the host."""
+        return getattr(self._state, name).copy_to_host()
 
     def ended_mask(self) -> torch.Tensor:
         return self.terminated | self.truncated

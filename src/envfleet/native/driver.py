@@ -117,8 +117,9 @@ def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
 
 
 def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
-                       needs_reset: bool) -> ValueError:
-    """The error for a step refused at env ``index``: it needs a reset, or its action is bad."""
+                       needs_reset: bool, engine: Any = None) -> ValueError:
+    """The error for a step refused at env ``index``: it needs a reset, its action is out of
+    the action space, or the family's ``action_check`` refused it."""
     if needs_reset:
         return ValueError(
             f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
@@ -126,7 +127,18 @@ def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
         )
     value = actions[index]
     value = value.tolist() if hasattr(value, "tolist") else value
+    if spec.describe_refusal is not None and _in_space(spec.action_space, value):
+        return ValueError(spec.describe_refusal(index, value, engine))
     return ValueError(describe_bad_action(spec.action_space, index, value))
+
+
+def _in_space(space: spaces.Space, value: Any) -> bool:
+    fmt = action_format(space)
+    if fmt.integer:
+        return fmt.bounds[0] <= value < fmt.bounds[1]
+    low, high = fmt.bounds
+    v = np.asarray(value, dtype=np.float64).ravel()
+    return bool(np.all(np.isfinite(v)) and np.all(low <= v) and np.all(v <= high))
 
 
 # --- the per-env driver ---------------------------------------------------------------------
@@ -142,7 +154,7 @@ class Driver(NamedTuple):
     than one fused loop). A GPU thread runs the three for its env.
     """
 
-    refuse: Callable[..., bool]  # (i, actions, bounds, pending) -> env i's step must be refused
+    refuse: Callable[..., bool]  # (i, state, params, actions, bounds, pending) -> refused
     begin: Callable[..., None]
     advance: Callable[..., bool]  # returns "episode ended"
     finish: Callable[..., None]
@@ -156,13 +168,25 @@ def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
     """
     reset_one, step_one = spec.reset_one, spec.step_one
     action_ok = action_format(spec.action_space).check
+    check = spec.action_check
     one = np.uint64(1)
 
-    @kernel_function
-    def refuse(i, actions, bounds, pending):
-        if mode == DISABLED and pending[i]:
-            return True
-        return not action_ok(i, actions, bounds)
+    if check is None:
+        @kernel_function
+        def refuse(i, state, params, actions, bounds, pending):
+            if mode == DISABLED and pending[i]:
+                return True
+            return not action_ok(i, actions, bounds)
+    else:
+        @kernel_function
+        def refuse(i, state, params, actions, bounds, pending):
+            if mode == DISABLED and pending[i]:
+                return True
+            if not action_ok(i, actions, bounds):
+                return True
+            if pending[i]:  # NEXT_STEP: this step resets env i and ignores its action
+                return False
+            return not check(i, state, params, actions)
 
     @kernel_function
     def new_episode(i, state, params, rng, obs):

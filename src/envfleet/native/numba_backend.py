@@ -51,9 +51,9 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple) -> tuple[Any,
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode)
 
     @njit(**_RANGE_JIT)
-    def first_refused(start, stop, actions, bounds, pending):
+    def first_refused(start, stop, state, actions, bounds, pending):
         for i in range(start, stop):
-            if refuse(i, actions, bounds, pending):
+            if refuse(i, state, params, actions, bounds, pending):
                 return i
         return -1
 
@@ -76,7 +76,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple) -> tuple[Any,
     @njit(**_RANGE_JIT)
     def step_serial(chunks, n, state, actions, bounds, rng, max_steps, pending, obs,
                     rewards, terminated, truncated, final_obs):
-        bad = first_refused(0, n, actions, bounds, pending)
+        bad = first_refused(0, n, state, actions, bounds, pending)
         if bad >= 0:
             return -1 - bad
         return step_range(0, n, state, actions, rng, max_steps, pending, obs, rewards,
@@ -88,10 +88,11 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple) -> tuple[Any,
         size = (n + chunks - 1) // chunks
         refused = 0
         for c in prange(chunks):
-            if first_refused(c * size, min(n, (c + 1) * size), actions, bounds, pending) >= 0:
+            if first_refused(c * size, min(n, (c + 1) * size), state, actions, bounds,
+                             pending) >= 0:
                 refused += 1
         if refused:
-            return -1 - first_refused(0, n, actions, bounds, pending)
+            return -1 - first_refused(0, n, state, actions, bounds, pending)
         ended = 0
         for c in prange(chunks):
             ended += step_range(c * size, min(n, (c + 1) * size), state, actions, rng,
@@ -136,6 +137,8 @@ class NumbaEngine:
                              f"(NUMBA_NUM_THREADS), got {num_threads!r}")
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.params, self.max_episode_steps = params, max_episode_steps
+        # what the kernels see (compiled in): the family may keep part of params to itself
+        self.kernel_params = spec.kernel_params(params) if spec.kernel_params else params
         self.num_threads = num_threads
         self.bounds = action_format(spec.action_space).bounds
         State = spec.state_type
@@ -154,7 +157,8 @@ class NumbaEngine:
         self._all = np.ones(num_envs, dtype=np.bool_)
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         self._parallel = num_threads > 1 and num_envs >= PARALLEL_MIN_ENVS
-        step_serial, step_parallel, self._reset = compile_kernels(spec, mode, params)
+        step_serial, step_parallel, self._reset = compile_kernels(spec, mode,
+                                                                  self.kernel_params)
         self._step = step_parallel if self._parallel else step_serial
         self._chunks = num_threads * CHUNKS_PER_THREAD
         self._entry_points: dict[Any, Any] = {}
@@ -200,8 +204,21 @@ class NumbaEngine:
         if result < 0:
             index = -1 - result
             raise refused_step_error(self.spec, index, a,
-                                     self.mode == DISABLED and bool(self.pending[index]))
+                                     self.mode == DISABLED and bool(self.pending[index]), self)
         return result
+
+    def read_state(self, name: str, i: int) -> Any:
+        """Env i's row of state column ``name`` (a view of the live array)."""
+        return getattr(self.state, name)[i]
+
+    def write_state(self, name: str, mask: np.ndarray, values: np.ndarray) -> None:
+        """Set the masked rows of state column ``name`` from ``values`` (one row per env)."""
+        column = getattr(self.state, name)
+        column[mask] = values[mask]
+
+    def host_state(self, name: str) -> np.ndarray:
+        """State column ``name`` as a NumPy array (the live array itself on this backend)."""
+        return getattr(self.state, name)
 
     def ended_mask(self) -> np.ndarray:
         return self.terminated | self.truncated

@@ -43,16 +43,49 @@ class NativeEnvSpec:
     reference_id: str
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
+    # --- optional family extensions (all default to "none"; CartPole uses none of them) ---
+    #: shared constant arrays (lookup tables): name -> array, appended to the state NamedTuple
+    #: after the per-env columns, so they reach every kernel as arguments (never as captured
+    #: globals); built once per process by the family, copied to the device once per engine
+    tables: Callable[[], dict[str, np.ndarray]] | None = None
+    #: state columns returned in ``info`` on every reset and step (e.g. ``action_mask``)
+    info_columns: tuple[str, ...] = ()
+    #: per-env action check that sees the state: ``action_check(i, state, params, actions)``
+    #: -> bool (kernel code); a step with any env failing it is refused before any env moves
+    action_check: Callable[..., bool] | None = None
+    #: the error text for an in-range action refused by ``action_check``:
+    #: ``describe_refusal(index, value, engine) -> str``
+    describe_refusal: Callable[[int, Any, Any], str] | None = None
+    #: the part of the params record the kernels see (compiled in on numba: one compile per
+    #: distinct value); the rest stays on the engine (``engine.params``) for the family's env
+    kernel_params: Callable[[tuple], tuple] | None = None
+    #: the spec to use for a params record (e.g. a different observation space)
+    specialize: Callable[[tuple], NativeEnvSpec] | None = None
+    #: the default episode limit (in steps) for a params record
+    default_max_steps: Callable[[tuple], int] | None = None
+    #: returns the ``NativeVectorEnv`` subclass to build (family methods and reset options)
+    vector_env_class: Callable[[], type] | None = None
+    #: the native backends that can run this family
+    backends: tuple[str, ...] = ("numba", "cuda", "torch")
 
     @functools.cached_property
     def state_type(self) -> type:
-        """The NamedTuple class of the per-env state arrays, one per family: numba types a
-        NamedTuple by its class, so a class per env would recompile every kernel per env."""
-        return namedtuple(f"{self.id.split('-')[0]}State", list(self.state))
+        """The NamedTuple class of the per-env state arrays (and shared tables), one per family:
+        numba types a NamedTuple by its class, so a class per env would recompile every kernel
+        per env."""
+        return namedtuple(f"{self.id.split('-')[0]}State",
+                          [*self.state, *self.table_names])
+
+    @functools.cached_property
+    def table_names(self) -> tuple[str, ...]:
+        return tuple(self.tables()) if self.tables is not None else ()
 
     def allocate_state(self, num_envs: int) -> dict[str, np.ndarray]:
-        """Zeroed NumPy arrays for every state column."""
-        return {
+        """Zeroed NumPy arrays for every state column, then the shared tables (not copied)."""
+        columns = {
             name: np.zeros((num_envs, *shape), dtype=dtype)
             for name, (dtype, shape) in self.state.items()
         }
+        if self.tables is not None:
+            columns.update(self.tables())
+        return columns

@@ -88,7 +88,15 @@ def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
 
 
 class NativeVectorEnv(VectorEnv):
-    """A batch of ``num_envs`` copies of a native env family, stepped by one engine."""
+    """A batch of ``num_envs`` copies of a native env family, stepped by one engine.
+
+    Families extend it by subclassing (``NativeEnvSpec.vector_env_class``): extra reset
+    options are named in ``family_reset_options`` and validated by ``_prepare_reset`` before
+    anything moves; state columns named in ``spec.info_columns`` come back in ``info``.
+    """
+
+    #: reset options (besides ``reset_mask``) that a family's subclass handles
+    family_reset_options: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -120,6 +128,7 @@ class NativeVectorEnv(VectorEnv):
         )
         self._has_reset = False
         self._closed = False
+        self._info_true = np.ones(num_envs, dtype=np.bool_)
 
     @property
     def state(self) -> tuple:
@@ -133,8 +142,10 @@ class NativeVectorEnv(VectorEnv):
         self._check_open()
         options = dict(options or {})
         mask = options.pop("reset_mask", None)
+        family = {k: options.pop(k) for k in self.family_reset_options if k in options}
         if options:
-            raise ValueError(f"unknown reset options {sorted(options)}; supported: 'reset_mask'")
+            supported = ", ".join(repr(k) for k in ("reset_mask", *self.family_reset_options))
+            raise ValueError(f"unknown reset options {sorted(options)}; supported: {supported}")
         if mask is not None:
             mask = check_reset_mask(mask, self.num_envs)
             if not self._has_reset and not mask.all():
@@ -142,9 +153,25 @@ class NativeVectorEnv(VectorEnv):
         if seed is None and not self._has_reset:
             seed = self._initial_seed
         new_seeds = None if seed is None else env_seeds(seed, self.num_envs)
+        apply = self._prepare_reset(family, mask)  # validates everything before any env moves
+        if apply is not None:
+            apply()
         self.engine.reset(mask, new_seeds)
         self._has_reset = True
-        return self._out(self.engine.obs), {}
+        return self._out(self.engine.obs), self._state_info()
+
+    def _prepare_reset(self, family_options: dict[str, Any], mask: np.ndarray | None) -> Any:
+        """Check the family's reset options; return a callable applying them (or None).
+        Called after every other check, before the engine resets anything."""
+        return None
+
+    def _state_info(self) -> dict[str, Any]:
+        """``info`` entries for the spec's ``info_columns`` (with Gymnasium's ``_key`` masks)."""
+        info: dict[str, Any] = {}
+        for name in self.native_spec.info_columns:
+            info[name] = self._out(getattr(self.engine.state, name))
+            info[f"_{name}"] = self._info_true
+        return info
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step every env with its action; autoreset as ``metadata["autoreset_mode"]`` says."""
@@ -152,11 +179,11 @@ class NativeVectorEnv(VectorEnv):
         if not self._has_reset:
             raise RuntimeError("call reset() before step()")
         ended = self.engine.step(actions)
-        info: dict[str, Any] = {}
+        info: dict[str, Any] = self._state_info() if self.native_spec.info_columns else {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
             mask = self.engine.ended_mask()
-            info = {"final_obs": self._out(self.engine.final_obs), "_final_obs": mask,
-                    "final_info": {}, "_final_info": mask}
+            info.update({"final_obs": self._out(self.engine.final_obs), "_final_obs": mask,
+                         "final_info": {}, "_final_info": mask})
         e = self.engine
         return (self._out(e.obs), self._out(e.rewards), self._out(e.terminated),
                 self._out(e.truncated), info)

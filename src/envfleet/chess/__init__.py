@@ -1,0 +1,9 @@
+"""Chess-v0: batched bitboard chess (``envfleet.make("Chess-v0", N)``) and its engine.
+
+``perft(fen, depth)`` counts the leaves of the legal move tree (the usual move-generator test).
+"""
+
+from envfleet.chess.env import ChessVectorEnv, perft
+from envfleet.chess.fen import STARTING_FEN
+
+__all__ = ["STARTING_FEN", "ChessVectorEnv", "perft"]
