@@ -37,10 +37,10 @@ def test_the_reset_step_never_enters_the_loss():
     seen = []
     original = agent.get_action_and_value
 
-    def recording(x, action, mask):
+    def recording(x, action, mask, **kwargs):
         if torch.is_grad_enabled():  # the minibatch steps (not the no-grad old log-probs)
             seen.append(x.detach().clone())
-        return original(x, action, mask)
+        return original(x, action, mask, **kwargs)
 
     agent.get_action_and_value = recording
     optimizer = ppo.make_optimizer(agent, args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import time
 from dataclasses import asdict, fields
 from pathlib import Path
@@ -185,6 +186,9 @@ def _breakdown(times: dict[str, float]) -> str:
 def run_train(options: argparse.Namespace) -> int:
     """Train, print progress and the summary; write JSON, plot and policy when asked."""
     _check_env(options.env, options.backend)
+    # numba's OpenMP threads (an env with num_threads > 1) spin after each parallel step and
+    # starve torch on a small machine; passive waiting costs nothing here (set before torch loads)
+    os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 

@@ -13,9 +13,10 @@ logit: they are never sampled and carry no probability in the loss.
 
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
 forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
-their own clock. The ideal loop (``measure_ideal``) runs ``collect`` + ``update`` against an
+their own clock. The ideal loop (``IdealLoop``) runs ``collect`` + ``update`` against an
 env that returns a fixed buffer instantly: what end-to-end training would reach if the env
-cost nothing.
+cost nothing. Its iterations are interleaved with the real ones (same machine load) and kept
+off the training clock.
 """
 
 from __future__ import annotations
@@ -89,6 +90,10 @@ class Args:
     """hidden activation: tanh or relu (relu: ~10x cheaper than torch's CPU tanh here)"""
     torch_threads: int = 1
     """torch intra-op threads (small MLPs on CPU: 1 avoids thread hand-offs)"""
+    env_threads: int | None = 1
+    """numba threads of a numba env (None: numba's default). 1: the env steps in microseconds,
+    and numba's OpenMP threads spin after each parallel step, stealing the cores torch learns
+    on (measured 20x slower learning at 512 envs on 2 cores)"""
     device: str = "cpu"
     """torch device of the agent"""
     target_return: float | None = None
@@ -104,6 +109,8 @@ class Args:
     """stop once an evaluation reaches target_return (False: use the whole budget)"""
     time_limit: float | None = None
     """wall-clock seconds of training (evaluations included) before stopping"""
+    ideal_every: int = 8
+    """time one ideal iteration (instant env) every this many real ones (off the clock)"""
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -209,18 +216,21 @@ class Agent(nn.Module):
         return self.masked_logits(x, mask).argmax(-1) if self.discrete else self.actor(x)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor,
-                             mask: torch.Tensor | None
-                             ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        """(log-prob of ``action``, entropy, value) under the current parameters."""
+                             mask: torch.Tensor | None, with_entropy: bool = True
+                             ) -> tuple[torch.Tensor, torch.Tensor | None, torch.Tensor]:
+        """(log-prob of ``action``, entropy or None, value) under the current parameters."""
+        entropy = None
         if self.discrete:
             logp_all = self.masked_logits(x, mask).log_softmax(-1)
-            logprob = logp_all.gather(-1, action.long().unsqueeze(-1)).squeeze(-1)
-            entropy = -(logp_all.exp() * logp_all).sum(-1)
+            logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            if with_entropy:
+                entropy = -(logp_all.exp() * logp_all).sum(-1)
         else:
             mean, logstd = self.actor(x), self.actor_logstd.expand(x.shape[0], -1)
             logprob = (-0.5 * ((action - mean) / logstd.exp()) ** 2 - logstd
                        - 0.5 * math.log(2 * math.pi)).sum(-1)
-            entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
+            if with_entropy:
+                entropy = (0.5 + 0.5 * math.log(2 * math.pi) + logstd).sum(-1)
         return logprob, entropy, self.get_value(x)
 
 
@@ -361,12 +371,17 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
     size = keep.shape[0]
     mb_size = max(1, math.ceil(size / args.num_minibatches))
     stats = {"approx_kl": 0.0, "clipfrac": 0.0, "pg_loss": 0.0, "v_loss": 0.0, "entropy": 0.0}
+    whole = slice(None)  # one minibatch: the whole batch, no shuffling or gathering needed
     for _epoch in range(args.update_epochs):
-        order = torch.randperm(size, generator=generator).to(b_x.device)
-        for start in range(0, size, mb_size):
-            mb = order[start:start + mb_size] if args.num_minibatches > 1 else order
+        if args.num_minibatches > 1:
+            order = torch.randperm(size, generator=generator).to(b_x.device)
+            minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
+        else:
+            minibatches = [whole]
+        for mb in minibatches:
             newlogprob, entropy, newvalue = agent.get_action_and_value(
-                b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb])
+                b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb],
+                with_entropy=args.ent_coef != 0)
             logratio = newlogprob - b_logprobs[mb]
             ratio = logratio.exp()
             adv = b_adv[mb]
@@ -381,8 +396,10 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
                                          (v_clipped - b_returns[mb]) ** 2).mean()
             else:
                 v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
-            entropy_loss = entropy.mean()
-            loss = pg_loss - args.ent_coef * entropy_loss + args.vf_coef * v_loss
+            loss = pg_loss + args.vf_coef * v_loss
+            if entropy is not None:
+                entropy_loss = entropy.mean()
+                loss = loss - args.ent_coef * entropy_loss
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             if args.max_grad_norm > 0:
@@ -394,7 +411,7 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
             break
     with torch.no_grad():
         stats.update(approx_kl=approx_kl.item(), pg_loss=pg_loss.item(), v_loss=v_loss.item(),
-                     entropy=entropy_loss.item(),
+                     entropy=entropy_loss.item() if entropy is not None else float("nan"),
                      clipfrac=((ratio - 1).abs() > args.clip_coef).float().mean().item())
     return stats
 
@@ -491,22 +508,42 @@ class InstantEnv:
         return self.obs, self.rewards, self.flags, self.flags, self.info
 
 
-def measure_ideal(agent: Agent, optimizer: torch.optim.Optimizer, args: Args, obs: Any,
-                  info: dict[str, Any], action_bounds: Any, torch_actions: bool,
-                  seconds: float = 0.5, min_iterations: int = 3) -> float:
-    """Steps/s of ``collect`` + ``update`` against ``InstantEnv`` (on copies of the agent)."""
-    agent, optimizer_state = copy.deepcopy(agent), copy.deepcopy(optimizer.state_dict())
-    optimizer = make_optimizer(agent, args)
-    optimizer.load_state_dict(optimizer_state)
-    env = InstantEnv(args.num_envs, obs, info)
-    buf = make_rollout(args, agent, info, torch.device(args.device))
-    clock, generator = Clock(), torch.Generator().manual_seed(0)
-    iterations, t0 = 0, time.perf_counter()
-    while iterations < min_iterations or time.perf_counter() - t0 < seconds:
-        collect(env, agent, buf, obs, info, clock, action_bounds, torch_actions)
-        update(agent, optimizer, buf, args, 1.0, generator)
-        iterations += 1
-    return iterations * args.num_steps * args.num_envs / (time.perf_counter() - t0)
+class IdealLoop:
+    """``collect`` + ``update`` against ``InstantEnv``, on a copy of the agent and optimizer.
+
+    ``train`` runs one ideal iteration every ``args.ideal_every`` real ones, so both are timed
+    under the same machine load; its time is kept off the training clock.
+    """
+
+    def __init__(self, agent: Agent, optimizer: torch.optim.Optimizer, args: Args, obs: Any,
+                 info: dict[str, Any], action_bounds: Any, torch_actions: bool) -> None:
+        self.agent = copy.deepcopy(agent)
+        self.optimizer = make_optimizer(self.agent, args)
+        self.optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
+        self.args, self.bounds, self.torch_actions = args, action_bounds, torch_actions
+        self.env = InstantEnv(args.num_envs, obs, info)
+        self.info = info
+        self.buf = make_rollout(args, self.agent, info, torch.device(args.device))
+        self.generator = torch.Generator().manual_seed(0)
+        self.steps, self.seconds = 0, 0.0
+
+    def iterate(self) -> float:
+        """One ideal iteration; returns the seconds it took."""
+        t0 = time.perf_counter()
+        device = torch.device(self.args.device)
+        devices = [device] if device.type == "cuda" else []
+        with torch.random.fork_rng(devices=devices):  # training's random stream is untouched
+            collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, Clock(),
+                    self.bounds, self.torch_actions)
+            update(self.agent, self.optimizer, self.buf, self.args, 1.0, self.generator)
+        spent = time.perf_counter() - t0
+        self.steps += self.args.num_steps * self.args.num_envs
+        self.seconds += spent
+        return spent
+
+    @property
+    def steps_per_s(self) -> float:
+        return self.steps / self.seconds if self.seconds else float("nan")
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -549,11 +586,16 @@ def make_envs(args: Args, num_envs: int, seed: int) -> Any:
     """``num_envs`` envs for ``args`` (NEXT_STEP; zero-copy outputs where the env offers it)."""
     import envfleet
 
-    backend = args.backend
+    backend, kwargs = args.backend, dict(args.env_kwargs)
     if num_envs != args.num_envs and backend == "subprocess":
         backend = "serial"  # evaluation: no 100 processes for 100 episodes
+    numba_env = backend == "numba" or (backend == "auto" and isinstance(args.env_id, str)
+                                       and args.env_id.removeprefix("envfleet/")
+                                       in envfleet.list_envs())
+    if numba_env and args.env_threads is not None:
+        kwargs.setdefault("num_threads", args.env_threads)
     return envfleet.make(args.env_id, num_envs, backend=backend, seed=seed, copy=False,
-                         **args.env_kwargs)
+                         **kwargs)
 
 
 @dataclass
@@ -616,6 +658,9 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         env.step(action if torch_actions else action.cpu().numpy())
         evaluate_fn(eval_env, copy.deepcopy(agent), args.seed, device, torch_actions, bounds)
     next_obs, next_info = env.reset(seed=args.seed)
+    ideal = IdealLoop(agent, optimizer, args, next_obs, next_info, bounds, torch_actions)
+    ideal.iterate()  # warm-up, not counted
+    ideal.steps, ideal.seconds = 0, 0.0
     compile_s = time.perf_counter() - t_build
 
     # -- train
@@ -630,14 +675,17 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     solved_at_s = solved_at_steps = None
     last_eval_step, steps, stats = 0, 0, {}
     last_eval: EvalResult | None = None
-    start = time.perf_counter()
+    start = time.perf_counter()  # moved forward by the ideal iterations: off the clock
+
+    def elapsed() -> float:
+        return time.perf_counter() - start
 
     def run_eval(steps: int) -> EvalResult:
         t0 = time.perf_counter()
         result = evaluate_fn(eval_env, agent, args.seed + 10_000, device, torch_actions, bounds,
                              args.target_return, args.max_episode_return)
         clock.add("evaluation", t0)
-        evaluations.append({"steps": steps, "seconds": time.perf_counter() - start,
+        evaluations.append({"steps": steps, "seconds": elapsed(),
                             "mean_return": result.mean_return, "complete": result.complete,
                             "episodes": result.episodes, "eval_s": result.seconds})
         return result
@@ -672,8 +720,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
             eval_return = last_eval.mean_return
             if (args.target_return is not None and last_eval.complete
                     and last_eval.mean_return >= args.target_return and solved_at_s is None):
-                solved_at_s, solved_at_steps = time.perf_counter() - start, steps
-        now = time.perf_counter() - start
+                solved_at_s, solved_at_steps = elapsed(), steps
+        now = elapsed()
         train_s = clock.seconds["env"] + clock.seconds["inference"] + clock.seconds["learning"]
         point = {"steps": steps, "seconds": now,
                  "episodic_return": float(np.mean(recent)) if recent else None,
@@ -687,15 +735,18 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                                  dict(clock.seconds), stats, done=stop or iteration == iterations))
         if stop:
             break
-    wall_s = time.perf_counter() - start
+        if args.ideal_every and iteration % args.ideal_every == 0:
+            start += ideal.iterate()
+    wall_s = elapsed()
 
     # -- the final evaluation (the last one, when it ran on the final parameters and finished)
     if last_eval is None or not last_eval.complete or last_eval_step != steps:
         last_eval = run_eval(steps)
     final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
                   "returns": last_eval.returns}
-    sps_ideal = measure_ideal(agent, optimizer, args, next_obs, next_info, bounds,
-                              torch_actions)
+    while ideal.steps < 3 * batch:  # a short run: at least 3 ideal iterations
+        ideal.iterate()
+    sps_ideal = ideal.steps_per_s
     env.close()
     eval_env.close()
     train_s = clock.seconds["env"] + clock.seconds["inference"] + clock.seconds["learning"]

@@ -1,0 +1,345 @@
+#!/usr/bin/env python
+"""Time to solve CartPole-v1: envfleet PPO vs Stable-Baselines3 PPO, in one run.
+
+    .venv/bin/python scripts/bench_train.py [--seeds 1,2,3,4,5] [--sweep 8,32,128,512]
+                                            [--out docs/bench]
+
+Contenders, each seed in a fresh process (no shared JIT, thread pools or warm caches):
+
+- ``envfleet``: ``envfleet train CartPole-v1`` with its defaults (numba backend, 8 envs).
+  Time = wall clock from the start of training until a greedy 100-episode evaluation (run on
+  a batched 100-env envfleet env every 1024 steps) has mean return >= 475, **evaluations
+  included**; JIT compile and env/agent construction are reported apart (``compile_s``).
+- ``sb3-zoo``: SB3 PPO with rl-zoo's tuned CartPole-v1 hyperparameters (8 envs on
+  DummyVecEnv, n_steps 32, batch 256, 20 epochs, gamma 0.98, gae_lambda 0.8, linear lr 1e-3
+  and clip 0.2 over zoo's 1e5 steps, ent_coef 0). Every 1024 steps the training clock pauses
+  and SB3's ``evaluate_policy`` plays 100 greedy episodes (10 DummyVecEnv envs of Gymnasium's
+  CartPole); time = training time **excluding** those evaluations (reported apart, ``eval_s``).
+  Model construction is excluded too.
+- ``sb3-zoo-facade``: the same SB3 PPO on envfleet's SB3 facade
+  (``envfleet.sb3.to_sb3("CartPole-v1", 8, backend="numba")``), measured the same way (its JIT
+  compile happens before training: one reset and step, reported in ``compile_s``).
+
+Then the num_envs sweep (envfleet, seed 1..k): the same recipe with more envs, keeping one
+256-sample minibatch per gradient step and about 20 gradient steps per rollout (fewer epochs as
+the rollout grows): steps/s (env-only, ideal, end-to-end) and time/steps to 475 as num_envs
+grows. Writes ``<out>/train-CartPole-v1.{json,md,png}`` and the envfleet learning curves
+``<out>/train-CartPole-v1-curve.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+RESULT_TAG = "BENCH_TRAIN_RESULT "
+TARGET = 475.0
+EVAL_EVERY = 1024
+ZOO_TIMESTEPS = 100_000  # rl-zoo's n_timesteps: the span of its linear schedules
+
+
+# --- one run (in its own process) -------------------------------------------------------
+
+
+def run_envfleet(seed: int, num_envs: int | None, time_limit: float) -> dict[str, Any]:
+    from envfleet.train import ppo
+    from envfleet.train.cli import preset
+
+    settings = {**preset("CartPole-v1"), "env_id": "CartPole-v1", "backend": "numba",
+                "seed": seed, "time_limit": time_limit}
+    if num_envs is not None and num_envs != settings["num_envs"]:
+        settings.update(sweep_settings(num_envs))
+    args = ppo.Args(**settings)
+    _, s = ppo.train(args)
+    return {"solved_at_s": s.solved_at_s, "solved_at_steps": s.solved_at_steps,
+            "compile_s": s.compile_s, "eval_s": s.times["evaluation"], "total_steps": s.total_steps,
+            "sps_env": s.sps_env, "sps_ideal": s.sps_ideal, "sps_end_to_end": s.sps_end_to_end,
+            "efficiency": s.efficiency, "times": s.times, "final_eval_return": s.final_eval_return,
+            "curve": s.curve, "evaluations": s.evaluations,
+            "settings": {k: settings[k] for k in ("num_envs", "num_steps", "num_minibatches",
+                                                   "update_epochs")}}
+
+
+def sweep_settings(num_envs: int) -> dict[str, Any]:
+    """More envs: rollouts of max(8, 256 / N) steps, 256-sample minibatches, ~20 gradient
+    steps per rollout (20 epochs at 256 samples, fewer as the rollout grows; 2 at least)."""
+    num_steps = max(8, 256 // num_envs)
+    batch = num_envs * num_steps
+    minibatches = max(1, batch // 256)
+    return {"num_envs": num_envs, "num_steps": num_steps, "num_minibatches": minibatches,
+            "update_epochs": max(2, round(20 / minibatches))}
+
+
+def run_sb3(seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
+    import numpy as np
+    import torch
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.callbacks import BaseCallback
+    from stable_baselines3.common.env_util import make_vec_env
+    from stable_baselines3.common.evaluation import evaluate_policy
+
+    torch.set_num_threads(1)  # SB3 on 2 cores is no faster with 2 torch threads
+    t0 = time.perf_counter()
+    if facade:
+        from envfleet.sb3 import to_sb3
+
+        env = to_sb3("CartPole-v1", 8, backend="numba", seed=seed)
+        env.reset()  # JIT-compile the kernels now, outside the timed training
+        env.step(np.zeros(8, dtype=np.int64))
+    else:
+        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
+    eval_env = make_vec_env("CartPole-v1", n_envs=10, seed=seed + 10_000)
+
+    def linear(start: float):
+        return lambda progress_remaining: progress_remaining * start
+
+    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                gae_lambda=0.8, learning_rate=linear(1e-3), clip_range=linear(0.2),
+                ent_coef=0.0, seed=seed, verbose=0, device="cpu")
+    build_s = time.perf_counter() - t0
+
+    class Evaluate(BaseCallback):
+        """Every EVAL_EVERY steps: pause the training clock, play 100 greedy episodes."""
+
+        def __init__(self) -> None:
+            super().__init__()
+            self.eval_s, self.last, self.solved_steps, self.evals = 0.0, 0, None, []
+            self.start = 0.0
+
+        def _on_training_start(self) -> None:
+            self.start = time.perf_counter()
+
+        def _on_step(self) -> bool:
+            if self.num_timesteps - self.last < EVAL_EVERY:
+                return True
+            self.last = self.num_timesteps
+            t = time.perf_counter()
+            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=100,
+                                      deterministic=True)
+            self.eval_s += time.perf_counter() - t
+            train_s = time.perf_counter() - self.start - self.eval_s
+            self.evals.append({"steps": self.num_timesteps, "train_s": train_s,
+                               "mean_return": float(mean)})
+            if mean >= TARGET:
+                self.solved_steps = self.num_timesteps
+                return False
+            return train_s + self.eval_s < time_limit
+
+    callback = Evaluate()
+    t0 = time.perf_counter()
+    model.learn(total_timesteps=ZOO_TIMESTEPS, callback=callback)
+    wall = time.perf_counter() - t0
+    solved = callback.solved_steps is not None
+    return {"solved_at_s": wall - callback.eval_s if solved else None,
+            "solved_at_steps": callback.solved_steps, "compile_s": build_s,
+            "eval_s": callback.eval_s, "total_steps": model.num_timesteps,
+            "sps_end_to_end": model.num_timesteps / (wall - callback.eval_s),
+            "evaluations": callback.evals,
+            "final_eval_return": callback.evals[-1]["mean_return"] if callback.evals else None}
+
+
+def worker(spec: dict[str, Any]) -> None:
+    if spec["kind"] == "envfleet":
+        result = run_envfleet(spec["seed"], spec.get("num_envs"), spec["time_limit"])
+    else:
+        result = run_sb3(spec["seed"], spec["kind"] == "sb3-zoo-facade", spec["time_limit"])
+    print(RESULT_TAG + json.dumps({**spec, **result}), flush=True)
+
+
+# --- the parent -------------------------------------------------------------------------
+
+
+def run(spec: dict[str, Any], timeout: float) -> dict[str, Any]:
+    from envfleet.bench.measure import background_load, cpu_seconds
+
+    before, t0 = cpu_seconds(), time.perf_counter()
+    try:
+        proc = subprocess.run([sys.executable, __file__, "--worker", json.dumps(spec)],
+                              capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        return {**spec, "status": "timeout"}
+    wall = time.perf_counter() - t0
+    load = background_load(before, cpu_seconds(), wall)
+    for line in reversed(proc.stdout.splitlines()):
+        if line.startswith(RESULT_TAG):
+            return {**json.loads(line[len(RESULT_TAG):]), "status": "ok",
+                    "process_wall_s": wall, "background_load": load}
+    return {**spec, "status": "failed", "error": (proc.stderr or proc.stdout)[-2000:]}
+
+
+def _median(values: list[float | None]) -> float | None:
+    """Median over seeds; an unsolved seed counts as infinitely slow."""
+    if not values:
+        return None
+    m = statistics.median([v if v is not None else float("inf") for v in values])
+    return None if m == float("inf") else m
+
+
+def _f(x: float | None, digits: int = 2) -> str:
+    return "–" if x is None else f"{x:,.{digits}f}"
+
+
+def markdown(results: dict[str, Any]) -> str:
+    contenders = results["contenders"]
+    seeds = results["seeds"]
+    lines = [f"# Time to solve CartPole-v1 (greedy 100-episode mean >= {TARGET:g})", "",
+             f"Machine: {results['machine']['cpu']}, {results['machine']['usable_cores']} "
+             f"cores, {results['machine']['date']}. Command: `{results['command']}`.", "",
+             "Seconds of training to the first passing evaluation (envfleet: evaluations "
+             "included; SB3: evaluations excluded, their cost in the eval column) and env steps "
+             "then. `load`: cores other processes kept busy during the run (2 cores here).", "",
+             "| contender | " + " | ".join(f"seed {s}" for s in seeds)
+             + " | median s | median steps | median eval s (apart) | median load |",
+             "|:---|" + "---:|" * (len(seeds) + 4)]
+    for name, runs in contenders.items():
+        cells = [f"{_f(r.get('solved_at_s'))} s / {r.get('solved_at_steps') or '–'}"
+                 for r in runs]
+        lines.append(f"| {name} | " + " | ".join(cells) + " | "
+                     f"{_f(_median([r.get('solved_at_s') for r in runs]))} | "
+                     f"{_f(_median([r.get('solved_at_steps') for r in runs]), 0)} | "
+                     f"{_f(statistics.median([r.get('eval_s') or 0 for r in runs]))} | "
+                     f"{_f(statistics.median([r.get('background_load') or 0 for r in runs]))} |")
+    ratio = results.get("ratio_sb3_zoo_over_envfleet")
+    lines += ["", f"Median speed-up of envfleet over sb3-zoo: **{_f(ratio)}x**.", ""]
+    if results["sweep"]:
+        lines += ["## num_envs sweep (envfleet)", "",
+                  "| num_envs | steps x envs, minibatches, epochs | solved s | solved steps | "
+                  "steps/s env | ideal | end-to-end | end-to-end / ideal |",
+                  "|---:|:---|---:|---:|---:|---:|---:|---:|"]
+        for r in results["sweep"]:
+            if r.get("status") != "ok":
+                lines.append(f"| {r['num_envs']} | {r.get('status')} | | | | | | |")
+                continue
+            st = r["settings"]
+            lines.append(f"| {r['num_envs']} | {st['num_steps']} x {st['num_envs']}, "
+                         f"{st['num_minibatches']}, {st['update_epochs']} | "
+                         f"{_f(r['solved_at_s'])} | {r['solved_at_steps'] or '–'} | "
+                         f"{r['sps_env']:,.0f} | {r['sps_ideal']:,.0f} | "
+                         f"{r['sps_end_to_end']:,.0f} | {r['efficiency']:.2f} |")
+    return "\n".join(lines) + "\n"
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(15, 4.5), layout="constrained")
+    names = list(results["contenders"])
+    for i, name in enumerate(names):
+        runs = results["contenders"][name]
+        for ax, key in zip(axes[:2], ("solved_at_s", "solved_at_steps"), strict=True):
+            ys = [r.get(key) for r in runs if r.get(key) is not None]
+            ax.scatter([i] * len(ys), ys, color=f"C{i}", alpha=0.8)
+            m = _median([r.get(key) for r in runs])
+            if m is not None:
+                ax.hlines(m, i - 0.3, i + 0.3, color=f"C{i}", linewidth=2)
+    for ax, label in zip(axes[:2], ("seconds to solve (envfleet: evals included; "
+                                    "SB3: evals excluded)", "env steps to solve"), strict=True):
+        ax.set_xticks(range(len(names)), names)
+        ax.set_ylabel(label, fontsize=9)
+        ax.set_ylim(bottom=0)
+        ax.grid(True, axis="y", alpha=0.3)
+    sweep = [r for r in results["sweep"] if r.get("status") == "ok"]
+    if sweep:
+        ax = axes[2]
+        ns = [r["num_envs"] for r in sweep]
+        for key, style in (("sps_env", ":"), ("sps_ideal", "--"), ("sps_end_to_end", "-")):
+            ax.plot(ns, [r[key] for r in sweep], linestyle=style, marker="o", label=key[4:])
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_xlabel("num_envs")
+        ax.set_ylabel("steps/s")
+        twin = ax.twinx()
+        twin.plot(ns, [r["solved_at_s"] if r["solved_at_s"] is not None else float("nan")
+                       for r in sweep], color="k", marker="s", label="seconds to solve")
+        twin.set_ylabel("seconds to solve (seed 1)")
+        twin.set_ylim(bottom=0)
+        ax.legend(loc="upper left", fontsize=8)
+        twin.legend(loc="lower right", fontsize=8)
+        ax.grid(True, alpha=0.3)
+    fig.suptitle(f"PPO on CartPole-v1 to a greedy mean of {TARGET:g}: "
+                 f"{results['machine']['cpu']}, {results['machine']['usable_cores']} cores, "
+                 f"{results['machine']['date'][:10]}", fontsize=10)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--seeds", default="1,2,3,4,5")
+    parser.add_argument("--contenders", default="envfleet,sb3-zoo,sb3-zoo-facade")
+    parser.add_argument("--sweep", default="8,32,128,512",
+                        help="num_envs values for the envfleet sweep (empty: none)")
+    parser.add_argument("--time-limit", type=float, default=120.0,
+                        help="seconds of training per run before giving up")
+    parser.add_argument("--out", type=Path, default=Path("docs/bench"))
+    options = parser.parse_args()
+    if options.worker:
+        worker(json.loads(options.worker))
+        return 0
+
+    from rich.console import Console
+
+    from envfleet.bench.report import machine_info
+    from envfleet.train.cli import plot_curve
+
+    console = Console(highlight=False)
+    seeds = [int(s) for s in options.seeds.split(",")]
+    results: dict[str, Any] = {
+        "command": "python scripts/bench_train.py " + " ".join(sys.argv[1:]),
+        "machine": machine_info(), "seeds": seeds, "target": TARGET, "contenders": {},
+        "sweep": []}
+    timeout = options.time_limit * 3 + 120
+    # seeds outermost: a burst of other work hits every contender alike
+    for name in options.contenders.split(","):
+        results["contenders"][name] = []
+    for seed in seeds:
+        for name in results["contenders"]:
+            r = run({"kind": name, "seed": seed, "time_limit": options.time_limit}, timeout)
+            results["contenders"][name].append(r)
+            console.print(f"{name:15s} seed {seed}: solved {_f(r.get('solved_at_s'))} s at "
+                          f"{r.get('solved_at_steps')} steps; compile/build "
+                          f"{_f(r.get('compile_s'))} s, eval {_f(r.get('eval_s'))} s; load "
+                          f"{r.get('background_load')} {r.get('status')} {r.get('error', '')}")
+    runs = results["contenders"]
+    if "envfleet" in runs and "sb3-zoo" in runs:
+        ours = _median([r.get("solved_at_s") for r in runs["envfleet"]])
+        theirs = _median([r.get("solved_at_s") for r in runs["sb3-zoo"]])
+        results["ratio_sb3_zoo_over_envfleet"] = theirs / ours if ours and theirs else None
+    for n in [int(x) for x in options.sweep.split(",") if x]:
+        r = run({"kind": "envfleet", "seed": seeds[0], "num_envs": n,
+                 "time_limit": options.time_limit}, timeout)
+        r.setdefault("num_envs", n)
+        results["sweep"].append(r)
+        console.print(f"sweep num_envs {n}: solved {_f(r.get('solved_at_s'))} s at "
+                      f"{r.get('solved_at_steps')} steps; steps/s env {r.get('sps_env', 0):,.0f}"
+                      f" ideal {r.get('sps_ideal', 0):,.0f} end-to-end "
+                      f"{r.get('sps_end_to_end', 0):,.0f}; load {r.get('background_load')}")
+
+    options.out.mkdir(parents=True, exist_ok=True)
+    stem = options.out / "train-CartPole-v1"
+    stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
+    text = markdown(results)
+    stem.with_suffix(".md").write_text(text)
+    plot(results, stem.with_suffix(".png"))
+    curves = [{**r, "env": "CartPole-v1", "backend": "numba", "num_envs": 8}
+              for r in runs.get("envfleet", []) if r.get("status") == "ok"]
+    if curves:
+        plot_curve(curves, options.out / "train-CartPole-v1-curve.png", TARGET,
+                   "envfleet train CartPole-v1 (numba, 8 envs, defaults): 5 seeds")
+    console.print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
