@@ -42,7 +42,7 @@ def test_two_player_random_games_match_python_chess():
     n, plies = 24, 320
     env = envfleet.make("Chess-v0", n, seed=3, max_plies=200)
     fens = starts(n)
-    obs, info = env.reset(options={"fen": fens})
+    _, info = env.reset(options={"fen": fens})
     boards = [chess.Board(f) for f in fens]
     pending = np.zeros(n, dtype=bool)
     seen = set()
@@ -55,7 +55,7 @@ def test_two_player_random_games_match_python_chess():
         moves = [env.action_to_uci(i, int(actions[i])) if not pending[i] else None
                  for i in range(n)]
         movers = [b.turn for b in boards]
-        obs, rewards, terminated, truncated, info = env.step(actions)
+        _obs, rewards, terminated, truncated, info = env.step(actions)
         for i in range(n):
             board = boards[i]
             if pending[i]:  # the step after a game's end is its reset
@@ -83,7 +83,7 @@ def test_random_opponent_games_match_python_chess(agent_color):
     env = envfleet.make("Chess-v0", n, seed=11, opponent="random", agent_color=agent_color,
                         max_plies=160)
     fens = starts(n)
-    obs, info = env.reset(options={"fen": fens})
+    env.reset(options={"fen": fens})
     rewards_seen = set()
 
     def start_board(i):
@@ -104,7 +104,7 @@ def test_random_opponent_games_match_python_chess(agent_color):
         over = [not pending[i] and reference_outcome(boards[i]) != "ongoing" for i in range(n)]
         moves = [None if pending[i] or over[i] else env.action_to_uci(i, int(actions[i]))
                  for i in range(n)]
-        obs, rewards, terminated, truncated, info = env.step(actions)
+        _obs, rewards, terminated, truncated, info = env.step(actions)
         for i in range(n):
             if pending[i]:
                 boards[i] = start_board(i)
@@ -137,10 +137,10 @@ def test_random_opponent_games_match_python_chess(agent_color):
 
 
 def run(env, steps, fens=None):
-    obs, info = env.reset(seed=5, options={"fen": fens} if fens else None)
+    obs, _ = env.reset(seed=5, options={"fen": fens} if fens else None)
     out = [obs.copy()]
     for _ in range(steps):
-        obs, rewards, terminated, truncated, info = env.step(env.random_legal_actions())
+        obs, rewards, terminated, _truncated, _info = env.step(env.random_legal_actions())
         out += [obs.copy(), rewards.copy(), terminated.copy()]
     return out
 
@@ -160,7 +160,7 @@ def test_truncation_at_max_plies():
     env = envfleet.make("Chess-v0", 2, seed=0, max_plies=7)
     env.reset()
     for step in range(7):
-        _, _, terminated, truncated, _ = env.step(env.random_legal_actions())
+        _, _, _terminated, truncated, _ = env.step(env.random_legal_actions())
         assert truncated.all() == (step == 6)
     _, _, _, truncated, _ = env.step(env.random_legal_actions())  # the reset step
     assert env.fen(0) == STARTING_FEN and not truncated.any()

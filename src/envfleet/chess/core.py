@@ -15,7 +15,12 @@ import numpy as np
 
 from envfleet.chess.tables import (
     BETWEEN,
+    BISHOP_ATTACKS,
     BISHOP_EMPTY,
+    BISHOP_MAGIC,
+    BISHOP_MASK,
+    BISHOP_OFFSET,
+    BISHOP_SHIFT,
     DEBRUIJN,
     KING,
     KNIGHT,
@@ -24,7 +29,12 @@ from envfleet.chess.tables import (
     PGX_SQ,
     PLANE,
     RAYS,
+    ROOK_ATTACKS,
     ROOK_EMPTY,
+    ROOK_MAGIC,
+    ROOK_MASK,
+    ROOK_OFFSET,
+    ROOK_SHIFT,
     Z_CASTLE,
     Z_EP,
     Z_PIECE,
@@ -108,14 +118,16 @@ def ray_attacks(sq, occ, d, T, S):
 
 @kernel_function
 def rook_attacks(sq, occ, T, S):
-    return (ray_attacks(sq, occ, 0, T, S) | ray_attacks(sq, occ, 1, T, S)
-            | ray_attacks(sq, occ, 4, T, S) | ray_attacks(sq, occ, 5, T, S))
+    """Rook attacks from sq given the occupancy (magic bitboards)."""
+    index = ((occ & T[ROOK_MASK + sq]) * T[ROOK_MAGIC + sq]) >> np.uint64(S[ROOK_SHIFT + sq])
+    return T[ROOK_ATTACKS + S[ROOK_OFFSET + sq] + np.int64(index)]
 
 
 @kernel_function
 def bishop_attacks(sq, occ, T, S):
-    return (ray_attacks(sq, occ, 2, T, S) | ray_attacks(sq, occ, 3, T, S)
-            | ray_attacks(sq, occ, 6, T, S) | ray_attacks(sq, occ, 7, T, S))
+    index = ((occ & T[BISHOP_MASK + sq]) * T[BISHOP_MAGIC + sq]) >> np.uint64(
+        S[BISHOP_SHIFT + sq])
+    return T[BISHOP_ATTACKS + S[BISHOP_OFFSET + sq] + np.int64(index)]
 
 
 @kernel_function

@@ -206,11 +206,20 @@ def write_obs(i, st, params, obs):
 
 @kernel_function
 def write_mask(i, st):
+    """Board i's mask := its legal moves, clearing the whole row first (resets)."""
     mask = st.action_mask
     for k in range(NUM_ACTIONS):
         mask[i, k] = False
+    set_mask(i, st, True)
+
+
+@kernel_function
+def set_mask(i, st, value):
+    """Set board i's mask entries of its current legal moves to ``value``: a step clears the
+    old moves' entries and sets the new ones (~40 bytes instead of a 4672-byte row)."""
+    mask = st.action_mask
     for k in range(st.num_moves[i]):
-        mask[i, st.moves[i, k] >> 16] = True
+        mask[i, st.moves[i, k] >> 16] = value
 
 
 @kernel_function
@@ -249,6 +258,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         terminated[i] = True
         rewards[i] = -1.0
         return
+    set_mask(i, st, False)
     status = finish_ply(i, st, make_move(i, st, st.moves[i, k]))
     reward = 0.0
     if status != 0:
@@ -264,7 +274,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     rewards[i] = reward
     terminated[i] = status != 0
     write_obs(i, st, params, obs)
-    write_mask(i, st)
+    set_mask(i, st, True)
 
 
 @kernel_function
@@ -617,12 +627,6 @@ def _random_actions_kernel(target: str) -> Any:
                 out[i] = random_action(i, moves, num_moves, seeds, episodes, steps)
 
         return cpu
-    from numba import cuda
+    from envfleet.chess import cuda_kernels
 
-    @cuda.jit
-    def gpu(moves, num_moves, seeds, episodes, steps, out):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = random_action(i, moves, num_moves, seeds, episodes, steps)
-
-    return gpu
+    return cuda_kernels.random_actions
