@@ -69,3 +69,16 @@ def _cartpole_preset():
     from envfleet.train.cli import preset
 
     return {**preset("CartPole-v1"), "env_id": "CartPole-v1", "target_return": None}
+
+
+def test_chess_train_and_eval_report_outcomes(tmp_path, capsys):
+    out, policy = tmp_path / "chess.json", tmp_path / "chess.pt"
+    assert main(["train", "Chess-v0", "--opponent", "random", "--num-envs", "4",
+                 "--num-steps", "8", "--total-steps", "64", "--eval-every", "0",
+                 "--eval-episodes", "4", "--quiet", "--json", str(out),
+                 "--save", str(policy)]) == 0
+    outcomes = json.loads(out.read_text())["final_outcomes"]
+    assert sum(outcomes.values()) == pytest.approx(1.0)
+    capsys.readouterr()
+    assert main(["eval", "Chess-v0", "--load", str(policy), "--episodes", "4"]) == 0
+    assert "win" in capsys.readouterr().out

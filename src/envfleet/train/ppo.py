@@ -650,13 +650,13 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     next_obs, next_info = env.reset(seed=args.seed)
     torch_actions = isinstance(next_obs, torch.Tensor)
     buf = make_rollout(args, agent, next_info, device)
-    with torch.inference_mode():  # one step of each env, with legal actions
-        action = agent.sample(agent.features(as_tensor(next_obs, device)),
-                              action_mask(next_info, device))
-        if bounds is not None:
-            action = torch.clamp(action, *bounds)
-        env.step(action if torch_actions else action.cpu().numpy())
-        evaluate_fn(eval_env, copy.deepcopy(agent), args.seed, device, torch_actions, bounds)
+    with torch.inference_mode():  # one step of each env with legal actions: JIT compiles
+        for e, (obs, info) in ((env, (next_obs, next_info)), (eval_env, eval_env.reset())):
+            action = agent.sample(agent.features(as_tensor(obs, device)),
+                                  action_mask(info, device))
+            if bounds is not None:
+                action = torch.clamp(action, *bounds)
+            e.step(action if torch_actions else action.cpu().numpy())
     next_obs, next_info = env.reset(seed=args.seed)
     ideal = IdealLoop(agent, optimizer, args, next_obs, next_info, bounds, torch_actions)
     ideal.iterate()  # warm-up, not counted
