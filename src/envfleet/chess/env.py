@@ -259,18 +259,20 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         rewards[i] = -1.0
         return
     set_mask(i, st, False)
-    status = finish_ply(i, st, make_move(i, st, st.moves[i, k]))
-    reward = 0.0
-    if status != 0:
-        if status == CHECKMATE:
-            reward = 1.0
-    elif st.setup[i] & SETUP_OPPONENT:
+    opponent = st.setup[i] & SETUP_OPPONENT
+    m = st.moves[i, k]
+    ply = 0
+    while True:  # the agent's ply, then the opponent's reply: one call site (inlined once)
+        status = finish_ply(i, st, make_move(i, st, m))
+        if status != 0 or ply == 1 or not opponent:
+            break
+        ply = 1
         seeds, episodes, steps = rng
         counter = (np.uint64(steps[i]) << _U16) | _STEP_DRAW
         m = random_move(i, st, seeds[i], episodes[i], counter)
-        status = finish_ply(i, st, make_move(i, st, m))
-        if status == CHECKMATE:
-            reward = -1.0
+    reward = 0.0
+    if status == CHECKMATE:
+        reward = 1.0 if ply == 0 else -1.0
     rewards[i] = reward
     terminated[i] = status != 0
     write_obs(i, st, params, obs)
