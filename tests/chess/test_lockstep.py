@@ -168,3 +168,55 @@ def test_truncation_at_max_plies():
     env.reset()
     truncs = [env.step(env.random_legal_actions())[3].all() for _ in range(4)]
     assert truncs == [False, False, False, True]  # 4 steps = 8 plies >= 7
+
+
+@pytest.mark.slow
+def test_many_long_random_games_match_python_chess():
+    """64 boards, 1200 plies: every kind of game end, threefold repetition included."""
+    n = 64
+    env = envfleet.make("Chess-v0", n, seed=8)
+    fens = starts(n)
+    _, info = env.reset(options={"fen": fens})
+    boards = [chess.Board(f) for f in fens]
+    pending = np.zeros(n, dtype=bool)
+    seen = set()
+    for _ in range(1200):
+        actions = env.random_legal_actions()
+        moves = [None if pending[i] else env.action_to_uci(i, int(actions[i])) for i in range(n)]
+        _, rewards, terminated, truncated, info = env.step(actions)
+        for i in range(n):
+            if pending[i]:
+                boards[i] = chess.Board(fens[i])
+                pending[i] = False
+            else:
+                boards[i].push_uci(moves[i])
+                outcome = reference_outcome(boards[i])
+                seen.add(outcome)
+                assert env.outcome(i) == outcome
+                assert rewards[i] == (1.0 if outcome == "checkmate" else 0.0)
+                pending[i] = terminated[i] or truncated[i]
+            assert env.fen(i) == boards[i].fen()
+            assert mask_ucis(env, i, info["action_mask"][i]) == legal_ucis(boards[i])
+    assert {"checkmate", "stalemate", "insufficient_material", "fifty_moves",
+            "threefold_repetition"} <= seen, seen
+
+
+@pytest.mark.slow
+def test_thread_count_and_parallel_path_do_not_change_games():
+    """512 boards take the parallel (prange) kernel with 2 threads: same games as 1 thread."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs NUMBA_NUM_THREADS >= 2")
+    outs = []
+    for threads in (1, 2):
+        env = envfleet.make("Chess-v0", 512, seed=9, num_threads=threads,
+                            opponent="random", agent_color="alternate")
+        env.reset()
+        run = []
+        for _ in range(30):
+            obs, rewards, terminated, _, _ = env.step(env.random_legal_actions())
+            run += [obs.copy(), rewards.copy(), terminated.copy()]
+        outs.append(run)
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)

@@ -259,18 +259,20 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         rewards[i] = -1.0
         return
     set_mask(i, st, False)
-    status = finish_ply(i, st, make_move(i, st, st.moves[i, k]))
-    reward = 0.0
-    if status != 0:
-        if status == CHECKMATE:
-            reward = 1.0
-    elif st.setup[i] & SETUP_OPPONENT:
+    opponent = st.setup[i] & SETUP_OPPONENT
+    m = st.moves[i, k]
+    ply = 0
+    while True:  # the agent's ply, then the opponent's reply: one call site (inlined once)
+        status = finish_ply(i, st, make_move(i, st, m))
+        if status != 0 or ply == 1 or not opponent:
+            break
+        ply = 1
         seeds, episodes, steps = rng
         counter = (np.uint64(steps[i]) << _U16) | _STEP_DRAW
         m = random_move(i, st, seeds[i], episodes[i], counter)
-        status = finish_ply(i, st, make_move(i, st, m))
-        if status == CHECKMATE:
-            reward = -1.0
+    reward = 0.0
+    if status == CHECKMATE:
+        reward = 1.0 if ply == 0 else -1.0
     rewards[i] = reward
     terminated[i] = status != 0
     write_obs(i, st, params, obs)
@@ -337,6 +339,7 @@ SPEC = NativeEnvSpec(
                                       else (params.max_plies + 1) // 2),
     vector_env_class=_vector_env_class,
     backends=("numba", "cuda"),
+    parallel_min_envs=128,  # a ply costs ~1 us: threads pay off well below CartPole's 512
 )
 _PLANES_SPEC = replace(SPEC, observation_space=_planes_space())
 
@@ -568,9 +571,10 @@ class ChessVectorEnv(NativeVectorEnv):
         return label
 
     def random_legal_actions(self) -> Any:
-        """One uniformly random legal action per board (int64, shape (num_envs,)), drawn in
-        compiled code from each board's legal moves with counter-based randomness (same seed,
-        same actions); 0 for a board without legal moves (its step is a reset)."""
+        """One uniformly random legal action per board (int64, shape (num_envs,); a torch
+        tensor on the device with the cuda backend), drawn in compiled code from each board's
+        legal moves with counter-based randomness keyed by (seed, episode, step): same seed,
+        same actions; 0 for a board without legal moves (its step is a reset)."""
         self._check_open()
         if not self._has_reset:
             raise RuntimeError("call reset() before random_legal_actions()")
