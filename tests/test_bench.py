@@ -394,3 +394,21 @@ def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
     assert row["action_mask_shape"] == [5, 4672]
     assert made == [("Chess-v0", {"backend": "numba", "seed": 0, "copy": False,
                                   "num_threads": 1})]
+
+
+def test_a_missing_chess_peer_is_reported_not_installed(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from envfleet.bench import baselines
+    from envfleet.bench.runner import choose_backends
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(baselines.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pgx", "pyspiel") else real(name, *a))
+    chosen, notes = choose_backends(None, "Chess-v0", native=True)
+    assert not {"pgx", "openspiel", "openspiel-numpy"} & set(chosen)
+    for peer, module in (("pgx", "pgx"), ("openspiel", "pyspiel")):
+        assert f"{peer}: not installed: needs {module} (pip install 'envfleet[chess-bench]')" \
+            in notes
+    assert main(["bench", "--env", "Chess-v0", "--backends", "pgx", "--out", str(tmp_path)]) == 2
+    assert "'pgx' cannot run here: not installed" in capsys.readouterr().err
