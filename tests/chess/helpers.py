@@ -2,9 +2,8 @@
 
 from __future__ import annotations
 
-import numpy as np
-
 import chess
+import numpy as np
 
 
 def reference_outcome(board: chess.Board) -> str:

@@ -42,7 +42,7 @@ def test_two_player_random_games_match_python_chess():
     n, plies = 24, 320
     env = envfleet.make("Chess-v0", n, seed=3, max_plies=200)
     fens = starts(n)
-    obs, info = env.reset(options={"fen": fens})
+    _, info = env.reset(options={"fen": fens})
     boards = [chess.Board(f) for f in fens]
     pending = np.zeros(n, dtype=bool)
     seen = set()
@@ -55,7 +55,7 @@ def test_two_player_random_games_match_python_chess():
         moves = [env.action_to_uci(i, int(actions[i])) if not pending[i] else None
                  for i in range(n)]
         movers = [b.turn for b in boards]
-        obs, rewards, terminated, truncated, info = env.step(actions)
+        _obs, rewards, terminated, truncated, info = env.step(actions)
         for i in range(n):
             board = boards[i]
             if pending[i]:  # the step after a game's end is its reset
@@ -83,7 +83,7 @@ def test_random_opponent_games_match_python_chess(agent_color):
     env = envfleet.make("Chess-v0", n, seed=11, opponent="random", agent_color=agent_color,
                         max_plies=160)
     fens = starts(n)
-    obs, info = env.reset(options={"fen": fens})
+    env.reset(options={"fen": fens})
     rewards_seen = set()
 
     def start_board(i):
@@ -104,7 +104,7 @@ def test_random_opponent_games_match_python_chess(agent_color):
         over = [not pending[i] and reference_outcome(boards[i]) != "ongoing" for i in range(n)]
         moves = [None if pending[i] or over[i] else env.action_to_uci(i, int(actions[i]))
                  for i in range(n)]
-        obs, rewards, terminated, truncated, info = env.step(actions)
+        _obs, rewards, terminated, truncated, info = env.step(actions)
         for i in range(n):
             if pending[i]:
                 boards[i] = start_board(i)
@@ -137,10 +137,10 @@ def test_random_opponent_games_match_python_chess(agent_color):
 
 
 def run(env, steps, fens=None):
-    obs, info = env.reset(seed=5, options={"fen": fens} if fens else None)
+    obs, _ = env.reset(seed=5, options={"fen": fens} if fens else None)
     out = [obs.copy()]
     for _ in range(steps):
-        obs, rewards, terminated, truncated, info = env.step(env.random_legal_actions())
+        obs, rewards, terminated, _truncated, _info = env.step(env.random_legal_actions())
         out += [obs.copy(), rewards.copy(), terminated.copy()]
     return out
 
@@ -160,7 +160,7 @@ def test_truncation_at_max_plies():
     env = envfleet.make("Chess-v0", 2, seed=0, max_plies=7)
     env.reset()
     for step in range(7):
-        _, _, terminated, truncated, _ = env.step(env.random_legal_actions())
+        _, _, _terminated, truncated, _ = env.step(env.random_legal_actions())
         assert truncated.all() == (step == 6)
     _, _, _, truncated, _ = env.step(env.random_legal_actions())  # the reset step
     assert env.fen(0) == STARTING_FEN and not truncated.any()
@@ -168,3 +168,55 @@ def test_truncation_at_max_plies():
     env.reset()
     truncs = [env.step(env.random_legal_actions())[3].all() for _ in range(4)]
     assert truncs == [False, False, False, True]  # 4 steps = 8 plies >= 7
+
+
+@pytest.mark.slow
+def test_many_long_random_games_match_python_chess():
+    """64 boards, 1200 plies: every kind of game end, threefold repetition included."""
+    n = 64
+    env = envfleet.make("Chess-v0", n, seed=8)
+    fens = starts(n)
+    _, info = env.reset(options={"fen": fens})
+    boards = [chess.Board(f) for f in fens]
+    pending = np.zeros(n, dtype=bool)
+    seen = set()
+    for _ in range(1200):
+        actions = env.random_legal_actions()
+        moves = [None if pending[i] else env.action_to_uci(i, int(actions[i])) for i in range(n)]
+        _, rewards, terminated, truncated, info = env.step(actions)
+        for i in range(n):
+            if pending[i]:
+                boards[i] = chess.Board(fens[i])
+                pending[i] = False
+            else:
+                boards[i].push_uci(moves[i])
+                outcome = reference_outcome(boards[i])
+                seen.add(outcome)
+                assert env.outcome(i) == outcome
+                assert rewards[i] == (1.0 if outcome == "checkmate" else 0.0)
+                pending[i] = terminated[i] or truncated[i]
+            assert env.fen(i) == boards[i].fen()
+            assert mask_ucis(env, i, info["action_mask"][i]) == legal_ucis(boards[i])
+    assert {"checkmate", "stalemate", "insufficient_material", "fifty_moves",
+            "threefold_repetition"} <= seen, seen
+
+
+@pytest.mark.slow
+def test_thread_count_and_parallel_path_do_not_change_games():
+    """512 boards take the parallel (prange) kernel with 2 threads: same games as 1 thread."""
+    import numba
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs NUMBA_NUM_THREADS >= 2")
+    outs = []
+    for threads in (1, 2):
+        env = envfleet.make("Chess-v0", 512, seed=9, num_threads=threads,
+                            opponent="random", agent_color="alternate")
+        env.reset()
+        run = []
+        for _ in range(30):
+            obs, rewards, terminated, _, _ = env.step(env.random_legal_actions())
+            run += [obs.copy(), rewards.copy(), terminated.copy()]
+        outs.append(run)
+    for a, b in zip(*outs, strict=True):
+        np.testing.assert_array_equal(a, b)

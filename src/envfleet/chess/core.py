@@ -15,7 +15,12 @@ import numpy as np
 
 from envfleet.chess.tables import (
     BETWEEN,
+    BISHOP_ATTACKS,
     BISHOP_EMPTY,
+    BISHOP_MAGIC,
+    BISHOP_MASK,
+    BISHOP_OFFSET,
+    BISHOP_SHIFT,
     DEBRUIJN,
     KING,
     KNIGHT,
@@ -24,7 +29,12 @@ from envfleet.chess.tables import (
     PGX_SQ,
     PLANE,
     RAYS,
+    ROOK_ATTACKS,
     ROOK_EMPTY,
+    ROOK_MAGIC,
+    ROOK_MASK,
+    ROOK_OFFSET,
+    ROOK_SHIFT,
     Z_CASTLE,
     Z_EP,
     Z_PIECE,
@@ -108,14 +118,16 @@ def ray_attacks(sq, occ, d, T, S):
 
 @kernel_function
 def rook_attacks(sq, occ, T, S):
-    return (ray_attacks(sq, occ, 0, T, S) | ray_attacks(sq, occ, 1, T, S)
-            | ray_attacks(sq, occ, 4, T, S) | ray_attacks(sq, occ, 5, T, S))
+    """Rook attacks from sq given the occupancy (magic bitboards)."""
+    index = ((occ & T[ROOK_MASK + sq]) * T[ROOK_MAGIC + sq]) >> np.uint64(S[ROOK_SHIFT + sq])
+    return T[ROOK_ATTACKS + S[ROOK_OFFSET + sq] + np.int64(index)]
 
 
 @kernel_function
 def bishop_attacks(sq, occ, T, S):
-    return (ray_attacks(sq, occ, 2, T, S) | ray_attacks(sq, occ, 3, T, S)
-            | ray_attacks(sq, occ, 6, T, S) | ray_attacks(sq, occ, 7, T, S))
+    index = ((occ & T[BISHOP_MASK + sq]) * T[BISHOP_MAGIC + sq]) >> np.uint64(
+        S[BISHOP_SHIFT + sq])
+    return T[BISHOP_ATTACKS + S[BISHOP_OFFSET + sq] + np.int64(index)]
 
 
 @kernel_function
@@ -147,6 +159,35 @@ def attacked(i, pieces, sq, us, occ, opp, T, S):
         return True
     bq = (pieces[i, BISHOP_] | pieces[i, QUEEN_]) & opp
     return bool(bq & T[BISHOP_EMPTY + sq]) and bool(bishop_attacks(sq, occ, T, S) & bq)
+
+
+_NOT_A = np.uint64(0xFEFEFEFEFEFEFEFE)
+_NOT_H = np.uint64(0x7F7F7F7F7F7F7F7F)
+_U7, _U9 = np.uint64(7), np.uint64(9)
+
+
+@kernel_function
+def enemy_attacks(i, pieces, them, occ, opp, T, S):
+    """Every square the pieces in ``opp`` (side ``them``) attack, given occupancy occ."""
+    p = pieces[i, PAWN_] & opp
+    if them == WHITE:
+        a = ((p & _NOT_H) << _U9) | ((p & _NOT_A) << _U7)
+    else:
+        a = ((p & _NOT_A) >> _U9) | ((p & _NOT_H) >> _U7)
+    a |= T[KING + lsb(pieces[i, KING_] & opp, S)]
+    b = pieces[i, KNIGHT_] & opp
+    while b:
+        a |= T[KNIGHT + lsb(b, S)]
+        b &= b - U1
+    b = (pieces[i, BISHOP_] | pieces[i, QUEEN_]) & opp
+    while b:
+        a |= bishop_attacks(lsb(b, S), occ, T, S)
+        b &= b - U1
+    b = (pieces[i, ROOK_] | pieces[i, QUEEN_]) & opp
+    while b:
+        a |= rook_attacks(lsb(b, S), occ, T, S)
+        b &= b - U1
+    return a
 
 
 @kernel_function
@@ -214,16 +255,10 @@ def gen_moves(i, st):
     ksq = lsb(pieces[i, KING_] & own, S)
     kb = bit(ksq)
     n = 0
-    # king steps: the king must not stand on an attacked square (its own square vacated, so
-    # sliders see through it)
-    occ_nk = occ ^ kb
-    t = T[KING + ksq] & ~own
-    while t:
-        to = lsb(t, S)
-        t &= t - U1
-        if not attacked(i, pieces, to, us, occ_nk, opp, T, S):
-            moves[i, n] = encode(ksq, to, NORMAL, flip, S)
-            n += 1
+    # king steps: not onto a square the opponent attacks, with the king's own square vacated
+    # (sliders see through it): one map of the opponent's attacks
+    danger = enemy_attacks(i, pieces, them, occ ^ kb, opp, T, S)
+    n = add_targets(moves, i, n, ksq, T[KING + ksq] & ~own & ~danger, flip, S)
     checkers = attackers(i, pieces, ksq, us, occ, opp, T, S)
     ep = np.int64(st.ep[i])
     if checkers & (checkers - U1):  # double check: king moves only
@@ -307,13 +342,11 @@ def gen_moves(i, st):
             rights >>= 2
         base = 56 if us == BLACK else 0
         if (rights & WK and not (occ & (bit(base + 5) | bit(base + 6)))
-                and not attacked(i, pieces, base + 5, us, occ, opp, T, S)
-                and not attacked(i, pieces, base + 6, us, occ, opp, T, S)):
+                and not (danger & (bit(base + 5) | bit(base + 6)))):
             moves[i, n] = encode(ksq, base + 6, CASTLE, flip, S)
             n += 1
         if (rights & WQ and not (occ & (bit(base + 1) | bit(base + 2) | bit(base + 3)))
-                and not attacked(i, pieces, base + 3, us, occ, opp, T, S)
-                and not attacked(i, pieces, base + 2, us, occ, opp, T, S)):
+                and not (danger & (bit(base + 3) | bit(base + 2)))):
             moves[i, n] = encode(ksq, base + 2, CASTLE, flip, S)
             n += 1
     if not ep_legal:

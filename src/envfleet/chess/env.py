@@ -206,11 +206,20 @@ def write_obs(i, st, params, obs):
 
 @kernel_function
 def write_mask(i, st):
+    """Board i's mask := its legal moves, clearing the whole row first (resets)."""
     mask = st.action_mask
     for k in range(NUM_ACTIONS):
         mask[i, k] = False
+    set_mask(i, st, True)
+
+
+@kernel_function
+def set_mask(i, st, value):
+    """Set board i's mask entries of its current legal moves to ``value``: a step clears the
+    old moves' entries and sets the new ones (~40 bytes instead of a 4672-byte row)."""
+    mask = st.action_mask
     for k in range(st.num_moves[i]):
-        mask[i, st.moves[i, k] >> 16] = True
+        mask[i, st.moves[i, k] >> 16] = value
 
 
 @kernel_function
@@ -249,22 +258,25 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         terminated[i] = True
         rewards[i] = -1.0
         return
-    status = finish_ply(i, st, make_move(i, st, st.moves[i, k]))
-    reward = 0.0
-    if status != 0:
-        if status == CHECKMATE:
-            reward = 1.0
-    elif st.setup[i] & SETUP_OPPONENT:
+    set_mask(i, st, False)
+    opponent = st.setup[i] & SETUP_OPPONENT
+    m = st.moves[i, k]
+    ply = 0
+    while True:  # the agent's ply, then the opponent's reply: one call site (inlined once)
+        status = finish_ply(i, st, make_move(i, st, m))
+        if status != 0 or ply == 1 or not opponent:
+            break
+        ply = 1
         seeds, episodes, steps = rng
         counter = (np.uint64(steps[i]) << _U16) | _STEP_DRAW
         m = random_move(i, st, seeds[i], episodes[i], counter)
-        status = finish_ply(i, st, make_move(i, st, m))
-        if status == CHECKMATE:
-            reward = -1.0
+    reward = 0.0
+    if status == CHECKMATE:
+        reward = 1.0 if ply == 0 else -1.0
     rewards[i] = reward
     terminated[i] = status != 0
     write_obs(i, st, params, obs)
-    write_mask(i, st)
+    set_mask(i, st, True)
 
 
 @kernel_function
@@ -617,12 +629,6 @@ def _random_actions_kernel(target: str) -> Any:
                 out[i] = random_action(i, moves, num_moves, seeds, episodes, steps)
 
         return cpu
-    from numba import cuda
+    from envfleet.chess import cuda_kernels
 
-    @cuda.jit
-    def gpu(moves, num_moves, seeds, episodes, steps, out):
-        i = cuda.grid(1)
-        if i < out.shape[0]:
-            out[i] = random_action(i, moves, num_moves, seeds, episodes, steps)
-
-    return gpu
+    return cuda_kernels.random_actions

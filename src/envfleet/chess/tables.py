@@ -34,13 +34,23 @@ Z_PIECE = 9088  # 2 x 6 x 64: Zobrist keys, Z_PIECE + (colour * 6 + piece) * 64 
 Z_CASTLE = 9856  # 16: by castling-rights bits
 Z_EP = 9872  # 8: by en-passant file
 Z_SIDE = 9880  # 1: black to move
-T_SIZE = 9881
+ROOK_MASK = 9881  # 64: relevant occupancy of a rook on sq (edges excluded)
+BISHOP_MASK = 9945  # 64
+ROOK_MAGIC = 10009  # 64: "fancy" magic multipliers (found by scripts at build time, below)
+BISHOP_MAGIC = 10073  # 64
+ROOK_ATTACKS = 10137  # 102400: rook attack sets, ROOK_ATTACKS + offset[sq] + magic index
+BISHOP_ATTACKS = ROOK_ATTACKS + 102400  # 5248
+T_SIZE = BISHOP_ATTACKS + 5248
 
 # --- offsets in S (int32) ------------------------------------------------------------------
 DEBRUIJN = 0  # 64
 PLANE = 64  # 64 x 64: plane of a queen/knight move from -> to (white's view), -1 if none
 PGX_SQ = 4160  # 64: our square -> pgx's square index (file * 8 + rank)
-S_SIZE = 4224
+ROOK_OFFSET = 4224  # 64: where square sq's rook attacks start (relative to ROOK_ATTACKS)
+BISHOP_OFFSET = 4288  # 64
+ROOK_SHIFT = 4352  # 64: 64 - number of relevant occupancy bits
+BISHOP_SHIFT = 4416  # 64
+S_SIZE = 4480
 
 DEBRUIJN_MAGIC = 0x03F79D71B4CB0A89
 #: ray directions (rank step, file step): 0-3 increase the square index (first blocker = lowest
@@ -52,6 +62,45 @@ KNIGHT_STEPS = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (
 KING_STEPS = ((1, 0), (1, 1), (0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1))
 
 NUM_ACTIONS = 64 * 73
+
+# Magic multipliers (one per square): (occupancy & mask) * magic >> shift indexes the square's
+# attack table without collisions. Found by a random sparse search, checked in build_tables.
+ROOK_MAGICS = (
+    0x9080001184204004, 0x1040002000461000, 0x02000A4011208200, 0x0100100020184500,
+    0x0500100408010002, 0x8280218004000200, 0x1400092090080402, 0x0080104100012080,
+    0x000080008260C000, 0x8010400040201008, 0x0400802000B00080, 0x306A004A00604030,
+    0x0829001008001501, 0x0906000430160108, 0x1021003100020004, 0x4020800040800300,
+    0x0200218002400082, 0x885041C004201004, 0x8000410020010010, 0x2001010008900024,
+    0x0028010004190070, 0x0402008006140080, 0x000C040010010A08, 0x0000020018408504,
+    0xC014401080038420, 0x2A40008080402000, 0x0000110100600040, 0x1204100100082500,
+    0x0001000500080210, 0x0106120080040080, 0x2001000900040200, 0x0000028200006104,
+    0x1400C00024800580, 0x8002400901002080, 0x3000802000801006, 0x0808003000800A80,
+    0x8004180101000510, 0x0000040080801200, 0x1002820554001008, 0x0000800444802100,
+    0x1080004A2000400C, 0x0000500720024001, 0x0000200151010040, 0x0000100008008080,
+    0x0604001008010100, 0x002200800400800A, 0x00001A0001008080, 0x400A040044820003,
+    0x1300800640003080, 0x082040006F0C8100, 0x0200104102200B00, 0x0400089000210100,
+    0x0034008084880180, 0x10002A0004008080, 0x00FA000445080A00, 0x00010400C1008200,
+    0x008601A010410082, 0x0003020030A04086, 0x0040081141026001, 0x100C882010010501,
+    0x4101001014020801, 0x8201000204000809, 0x0015000C108A0001, 0x0050008C030040A2,
+)
+BISHOP_MAGICS = (
+    0x0008010804840080, 0x00040404104E0820, 0x0088408106003800, 0xE204404084020940,
+    0x0081104012104040, 0x440C242008200820, 0x0043849018220900, 0x0002024414040200,
+    0x1402501009A80880, 0xA000280104240040, 0x0401040404024510, 0x8000244040802080,
+    0x2000041044080180, 0x0009020310090100, 0x0401888404202500, 0x0800290088040200,
+    0x0040024428A24410, 0x901000084D480082, 0x000D110800440180, 0x0004800802004020,
+    0x0014000A80A08050, 0x108E000288041202, 0x0A14002042480480, 0x8468300044020801,
+    0x1804400804500C23, 0x081210000A100200, 0x000C040102003400, 0x0004004044010022,
+    0x0001004004004144, 0x2A00410202010901, 0x2044014840880400, 0x0440A2004A210420,
+    0x0004028809421010, 0x0144052000244C24, 0x2A00104410080803, 0x0080020084080080,
+    0x00400100100102C0, 0x0029220200008800, 0x000C008200118800, 0x4200820140188400,
+    0x0004021842082400, 0x0094048A08801004, 0x4000086090000804, 0x4810804208021080,
+    0x0100C04812000040, 0x4C20200046806141, 0x01100208010200C4, 0x4202208511082200,
+    0x0000861026A00040, 0x424081480E100960, 0x0000010080900004, 0x0100004184044080,
+    0x00C8009803040001, 0x2040208410008800, 0x00C0048801810248, 0x0250020809106003,
+    0x0083E10808090842, 0x0010010080842000, 0x1002540101080901, 0x140E404400420212,
+    0x80002C00600A4400, 0x0020002020060A20, 0x01280404048C0401, 0x001A081001020025,
+)
 
 
 def _on_board(rank: int, file: int) -> bool:
@@ -140,11 +189,75 @@ def build_tables() -> tuple[np.ndarray, np.ndarray]:
     T[Z_SIDE] = keys[792]
     for k in range(64):
         S[DEBRUIJN + (((1 << k) * DEBRUIJN_MAGIC) & (2**64 - 1)) >> 58] = k
+    _magic_tables(T, S)
     S[PLANE:PLANE + 4096] = pgx_planes().ravel()
     for sq in range(64):
         rank, file = divmod(sq, 8)
         S[PGX_SQ + sq] = file * 8 + rank
     return T, S
+
+
+def _relevant_mask(sq: int, directions: tuple[int, ...]) -> int:
+    """The squares whose occupancy changes a slider's attacks (each ray without its last)."""
+    return _mask([s for d in directions for s in _ray(sq, d)[:-1]])
+
+
+def _subsets(mask: int) -> np.ndarray:
+    out = [0]
+    s = (0 - mask) & mask
+    while s:
+        out.append(s)
+        s = (s - mask) & mask
+    return np.array(out, dtype=np.uint64)
+
+
+def _slider_attacks(T: np.ndarray, sq: int, occ: np.ndarray,
+                    directions: tuple[int, ...]) -> np.ndarray:
+    """Attack sets of a slider on sq for every occupancy in ``occ`` (vectorised ray method)."""
+    one = np.uint64(1)
+    out = np.zeros_like(occ)
+    for d in directions:
+        ray = T[RAYS + d * 64 + sq]
+        blockers = occ & ray
+        if d < 4:  # lowest blocker
+            first = blockers & (~blockers + one)
+        else:  # highest blocker: smear right, keep the top bit
+            b = blockers.copy()
+            for k in (1, 2, 4, 8, 16, 32):
+                b |= b >> np.uint64(k)
+            first = b ^ (b >> one)
+        index = np.log2(np.where(first == 0, 1, first).astype(np.float64)).astype(np.int64)
+        behind = T[RAYS + d * 64 + index]
+        out |= np.where(blockers == 0, ray, ray ^ behind)
+    return out
+
+
+def _magic_tables(T: np.ndarray, S: np.ndarray) -> None:
+    """Fill the magic-bitboard masks, multipliers, offsets and attack tables."""
+    for kind, directions, magics, mask_at, magic_at, attacks_at, offset_at, shift_at in (
+        ("rook", ROOK_DIRECTIONS, ROOK_MAGICS, ROOK_MASK, ROOK_MAGIC, ROOK_ATTACKS,
+         ROOK_OFFSET, ROOK_SHIFT),
+        ("bishop", BISHOP_DIRECTIONS, BISHOP_MAGICS, BISHOP_MASK, BISHOP_MAGIC,
+         BISHOP_ATTACKS, BISHOP_OFFSET, BISHOP_SHIFT),
+    ):
+        offset = 0
+        for sq in range(64):
+            mask = _relevant_mask(sq, directions)
+            bits = bin(mask).count("1")
+            occ = _subsets(mask)
+            attacks = _slider_attacks(T, sq, occ, directions)
+            with np.errstate(over="ignore"):
+                index = ((occ * np.uint64(magics[sq])) >> np.uint64(64 - bits)).astype(np.int64)
+            table = np.zeros(1 << bits, dtype=np.uint64)
+            table[index] = attacks
+            if not np.array_equal(table[index], attacks):  # a collision: a wrong magic
+                raise AssertionError(f"bad {kind} magic for square {sq}")
+            T[mask_at + sq] = mask
+            T[magic_at + sq] = magics[sq]
+            T[attacks_at + offset:attacks_at + offset + (1 << bits)] = table
+            S[offset_at + sq] = offset
+            S[shift_at + sq] = 64 - bits
+            offset += 1 << bits
 
 
 def label_to_move(label: int, black: bool) -> tuple[int, int, int]:
