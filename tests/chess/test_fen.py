@@ -101,3 +101,36 @@ def test_fen_option_shapes(env):
     assert env.fen(0) == STARTING_FEN and env.fen(1).startswith("4k3/")
     env.reset()  # no fen: the initial position again
     assert env.fen(1) == STARTING_FEN
+
+
+def random_positions(count: int, seed: int) -> list[str]:
+    """Positions of random games, every fourth right after a double pawn step."""
+    import random
+
+    rng = random.Random(seed)
+    fens = []
+    while len(fens) < count:
+        board = chess.Board()
+        for _ in range(rng.randrange(2, 90)):
+            moves = list(board.legal_moves)
+            if not moves or board.is_game_over():
+                break
+            doubles = [m for m in moves if board.piece_type_at(m.from_square) == chess.PAWN
+                       and abs(m.to_square - m.from_square) == 16]
+            board.push(rng.choice(doubles if doubles and len(fens) % 4 == 0 else moves))
+        if not board.is_game_over() and board.halfmove_clock < 100:
+            fens.append(board.fen(en_passant="fen"))  # the FEN names every ep square
+    return fens
+
+
+def test_random_positions_load_print_and_move_as_python_chess():
+    fens = random_positions(16, seed=21)
+    env = envfleet.make("Chess-v0", 16, seed=0)
+    _, info = env.reset(options={"fen": fens})
+    for i, fen in enumerate(fens):
+        board = chess.Board(fen)
+        assert env.fen(i) == board.fen()
+        legal = {m.uci() for m in board.legal_moves}
+        assert {env.action_to_uci(i, int(a)) for a in info["action_mask"][i].nonzero()[0]} \
+            == legal
+        assert all(env.action_to_uci(i, env.uci_to_action(i, u)) == u for u in legal)

@@ -212,3 +212,29 @@ def test_registration_and_backends():
     env = gymnasium.make_vec("envfleet/Chess-v0", num_envs=2,
                              vectorization_mode="vector_entry_point")
     assert env.unwrapped.num_envs == 2
+
+
+@pytest.mark.slow
+def test_same_step_and_disabled_autoreset():
+    mate = "6k1/5ppp/8/8/8/8/5PPP/R5K1 w - - 0 1"
+    env = envfleet.make("Chess-v0", 2, seed=0, autoreset_mode="SameStep")
+    env.reset(options={"fen": [mate, STARTING_FEN]})
+    actions = env.random_legal_actions()
+    actions[0] = env.uci_to_action(0, "a1a8")
+    obs, rewards, terminated, _, info = env.step(actions)
+    assert terminated.tolist() == [True, False] and rewards[0] == 1.0
+    assert info["_final_obs"].tolist() == [True, False]
+    final = info["final_obs"][0]  # the mated position, seen from black (ranks mirrored)
+    assert final[62 ^ 56] == 6 and final[56 ^ 56] == -4 and final[71] == 1
+    assert env.fen(0) == mate and info["action_mask"][0].sum() == 20  # reset in the step
+    assert obs[0, 71] == 0
+    env = envfleet.make("Chess-v0", 2, seed=0, autoreset_mode="Disabled")
+    env.reset(options={"fen": [mate, STARTING_FEN]})
+    actions = env.random_legal_actions()
+    actions[0] = env.uci_to_action(0, "a1a8")
+    env.step(actions)
+    with pytest.raises(ValueError, match="env 0 has finished"):
+        env.step(env.random_legal_actions())
+    env.reset(options={"reset_mask": np.array([True, False])})
+    assert env.fen(0) == STARTING_FEN  # no fen option: the initial position
+    env.step(env.random_legal_actions())

@@ -339,6 +339,7 @@ SPEC = NativeEnvSpec(
                                       else (params.max_plies + 1) // 2),
     vector_env_class=_vector_env_class,
     backends=("numba", "cuda"),
+    parallel_min_envs=128,  # a ply costs ~1 us: threads pay off well below CartPole's 512
 )
 _PLANES_SPEC = replace(SPEC, observation_space=_planes_space())
 
@@ -570,9 +571,10 @@ class ChessVectorEnv(NativeVectorEnv):
         return label
 
     def random_legal_actions(self) -> Any:
-        """One uniformly random legal action per board (int64, shape (num_envs,)), drawn in
-        compiled code from each board's legal moves with counter-based randomness (same seed,
-        same actions); 0 for a board without legal moves (its step is a reset)."""
+        """One uniformly random legal action per board (int64, shape (num_envs,); a torch
+        tensor on the device with the cuda backend), drawn in compiled code from each board's
+        legal moves with counter-based randomness keyed by (seed, episode, step): same seed,
+        same actions; 0 for a board without legal moves (its step is a reset)."""
         self._check_open()
         if not self._has_reset:
             raise RuntimeError("call reset() before random_legal_actions()")

@@ -156,7 +156,8 @@ class NumbaEngine:
                     np.zeros(num_envs, np.int64))
         self._all = np.ones(num_envs, dtype=np.bool_)
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
-        self._parallel = num_threads > 1 and num_envs >= PARALLEL_MIN_ENVS
+        min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
+        self._parallel = num_threads > 1 and num_envs >= min_envs
         step_serial, step_parallel, self._reset = compile_kernels(spec, mode,
                                                                   self.kernel_params)
         self._step = step_parallel if self._parallel else step_serial
