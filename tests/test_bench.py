@@ -261,6 +261,7 @@ def test_chess_run_with_peers_writes_plies_and_perft(tmp_path):
                                                               ("python-chess", 4)]
     assert all(p["status"] == "ok" and p["steps_per_s"] > 0 for p in points)
     perft = [r for r in rows if r["type"] == "perft"]
+    assert rows[-1]["type"] == "summary" and rows[-1]["primary"] is None
     by = {(r["series"], r["position"]): r for r in perft}
     assert by["python-chess-perft", "start"]["nodes"] == 20
     assert by["python-chess-perft", "kiwipete"]["nodes"] == 48
@@ -281,6 +282,10 @@ def test_chess_run_envfleet_side_by_side_with_a_peer(tmp_path):
     numba = [p for p in points if p["series"] == "numba"]
     assert all(p["action_mask_shape"] == [p["num_envs"], 4672] for p in numba)
     assert "numba × python-chess" in md and "numba × python-chess" in proc.stdout
+    summary = rows[-1]
+    assert summary["type"] == "summary" and summary["primary"] == "numba"
+    assert set(summary["ratios"]["numba / python-chess"]) == {"1", "4"}
+    assert summary["perft"]["start depth 1"]["ratio"] > 0
     perft = {(r["series"], r["position"]): r for r in rows if r["type"] == "perft"}
     assert perft["envfleet-perft", "start"]["status"] == "ok"
     assert perft["envfleet-perft", "kiwipete"]["nodes"] == 48
@@ -389,3 +394,21 @@ def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
     assert row["action_mask_shape"] == [5, 4672]
     assert made == [("Chess-v0", {"backend": "numba", "seed": 0, "copy": False,
                                   "num_threads": 1})]
+
+
+def test_a_missing_chess_peer_is_reported_not_installed(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from envfleet.bench import baselines
+    from envfleet.bench.runner import choose_backends
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(baselines.importlib.util, "find_spec",
+                        lambda name, *a: None if name in ("pgx", "pyspiel") else real(name, *a))
+    chosen, notes = choose_backends(None, "Chess-v0", native=True)
+    assert not {"pgx", "openspiel", "openspiel-numpy"} & set(chosen)
+    for peer, module in (("pgx", "pgx"), ("openspiel", "pyspiel")):
+        assert f"{peer}: not installed: needs {module} (pip install 'envfleet[chess-bench]')" \
+            in notes
+    assert main(["bench", "--env", "Chess-v0", "--backends", "pgx", "--out", str(tmp_path)]) == 2
+    assert "'pgx' cannot run here: not installed" in capsys.readouterr().err

@@ -18,6 +18,10 @@ mask of every board (what a masked policy needs), with finished games restarted:
   ``jax.random``, finished boards replaced by an initial state); compile time is part of the
   first step (``warmup_s``), not of the plies/s.
 
+A point times ``--seconds`` of play from the initial position: the Python-loop peers at 512
+boards play some 20-100 plies a board in 1 s (openings and middlegames, the plies that cost
+them most), a compiled env thousands (whole games); longer ``--seconds`` even this out.
+
 Each peer is a ``Baseline`` (``baselines.py`` lists them) whose ``BaselineEnv`` plays its own
 actions (``action_space=None``); a peer whose package is missing is reported as not installed.
 
@@ -411,6 +415,40 @@ def target_lines(results: Any) -> list[str]:
         lines.append(f"{primary} vs {peer} {where}: {ratio(r)} ({detail}); "
                      f"target >= {target:g}×: {verdict}")
     return lines
+
+
+def summary(results: Any, perft_rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The JSON line after the points: ratios per num_envs, best N, targets, perft ratios."""
+    ratios: dict[str, dict[str, float]] = {}
+    for ours, peer in results.comparisons:
+        by_n = {str(n): round(r, 3) for n in results.num_envs
+                if (r := results.ratio(peer, n, ours)) is not None}
+        ratios[f"{ours} / {peer}"] = by_n
+    best = {s: {"num_envs": b["num_envs"], "plies_per_s": b["steps_per_s"]}
+            for s in results.series if (b := results.get_best(s))}
+    targets = []
+    primary = results.primary
+    for peer, n, target in TARGETS:
+        entry: dict[str, Any] = {"peer": peer, "num_envs": n if n else "best", "target": target,
+                                 "ratio": None, "met": None}
+        if primary and n is None and primary in best and peer in best:
+            entry["ratio"] = best[primary]["plies_per_s"] / best[peer]["plies_per_s"]
+        elif primary and n is not None:
+            entry["ratio"] = results.ratio(peer, n, primary)
+        if entry["ratio"] is not None:
+            entry["met"] = entry["ratio"] >= target
+        targets.append(entry)
+    perft = {}
+    ok = {(r["position"], r["depth"], r["series"]): r for r in perft_rows
+          if r.get("status") == "ok"}
+    for position, depth in dict.fromkeys((r["position"], r["depth"]) for r in perft_rows):
+        mine, ref = (ok.get((position, depth, s)) for s in PERFT_SERIES)
+        perft[f"{position} depth {depth}"] = {
+            "envfleet_nodes_per_s": mine and mine["nodes_per_s"],
+            "python_chess_nodes_per_s": ref and ref["nodes_per_s"],
+            "ratio": mine["nodes_per_s"] / ref["nodes_per_s"] if mine and ref else None}
+    return {"type": "summary", "primary": primary, "unit": "plies", "ratios": ratios,
+            "best": best, "targets": targets, "perft": perft}
 
 
 def best_lines(results: Any) -> list[str]:

@@ -17,6 +17,7 @@ envfleet has no Chess-v0 yet.
 from __future__ import annotations
 
 import argparse
+import json
 import os
 import sys
 import time
@@ -494,7 +495,9 @@ def run(args: argparse.Namespace) -> int:
     for line in results.problems():
         console.print(f"[dim]- {escape(line)}[/]")
     extra = ""
-    if is_chess:
+    if is_chess:  # ratios, best N, targets and perft as one JSON line after the points
+        with open(jsonl.path, "a") as f:
+            f.write(json.dumps(chess.summary(results, perft_rows)) + "\n")
         extra = chess.markdown_sections(results, perft_rows)
         for table in chess.rich_sections(results, perft_rows):
             console.print(table)
