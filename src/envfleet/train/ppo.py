@@ -455,8 +455,9 @@ class EvalResult:
 def evaluate(env: Any, agent: Agent, seed: int, device: torch.device, torch_actions: bool,
              action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
              target: float | None = None, max_episode_return: float | None = None,
-             ) -> EvalResult:
-    """Greedy returns of the first episode of each of ``env.num_envs`` envs, played at once.
+             greedy: bool = True) -> EvalResult:
+    """Greedy returns of the first episode of each of ``env.num_envs`` envs, played at once
+    (``greedy=False``: actions sampled from the policy).
 
     With ``target`` and ``max_episode_return``, stop as soon as even perfect remaining episodes
     could not lift the mean to ``target`` (a failing evaluation then costs a few steps).
@@ -469,7 +470,8 @@ def evaluate(env: Any, agent: Agent, seed: int, device: torch.device, torch_acti
     complete = True
     while not done.all():
         mask = action_mask(info, device)
-        action = agent.greedy(agent.features(as_tensor(obs, device)), mask)
+        x = agent.features(as_tensor(obs, device))
+        action = agent.greedy(x, mask) if greedy else agent.sample(x, mask)
         if action_bounds is not None:
             action = torch.clamp(action, *action_bounds)
         obs, reward, terminated, truncated, info = env.step(
