@@ -34,6 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      learning_rate=1e-3, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
                      hidden_sizes=(128, 128), activation="relu", total_steps=20_000_000,
                      eval_every=1_000_000, eval_episodes=1000, target_return=None,
+                     time_limit=1200.0,
                      env_kwargs={"opponent": "random", "observation": "planes"}),
 }
 LOG_EVERY_S = 1.0
