@@ -13,10 +13,11 @@ logit: they are never sampled and carry no probability in the loss.
 
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
 forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
-their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations. The ideal loop (``IdealLoop``) runs ``collect`` + ``update`` against an
-env that returns a fixed buffer instantly: what end-to-end training would reach if the env
-cost nothing. Its iterations are interleaved with the real ones (same machine load) and kept
-off the training clock.
+their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations.
+The ideal loop (``IdealLoop``) runs ``collect`` + ``update`` against an env that returns a
+fixed buffer instantly: what end-to-end training would reach if the env cost nothing. Its
+iterations are interleaved with the real ones (same machine load) and kept off the training
+clock.
 """
 
 from __future__ import annotations
