@@ -26,6 +26,9 @@ def test_train_json_save_plot_then_eval(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", "CartPole-v1", "--load", str(policy), "--episodes", "4"]) == 0
     assert "mean return" in capsys.readouterr().out
+    assert main(["eval", "CartPole-v1", "--load", str(policy), "--episodes", "4",
+                 "--sample"]) == 0
+    assert "(sampled)" in capsys.readouterr().out
 
 
 @pytest.mark.parametrize("backend", ["torch", "serial"])

@@ -34,6 +34,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                      learning_rate=1e-3, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
                      hidden_sizes=(128, 128), activation="relu", total_steps=20_000_000,
                      eval_every=1_000_000, eval_episodes=1000, target_return=None,
+                     time_limit=1200.0,
                      env_kwargs={"opponent": "random", "observation": "planes"}),
 }
 LOG_EVERY_S = 1.0
@@ -129,6 +130,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--episodes", type=_positive_int, default=None,
                         help="episodes, played at once (default: 100; Chess-v0: 1000)")
     parser.add_argument("--seed", type=_seed, default=0, help="seed (default: %(default)s)")
+    parser.add_argument("--sample", action="store_true",
+                        help="sample actions from the policy instead of playing greedily")
     parser.add_argument("--opponent", help="Chess-v0's opponent (default: random)")
     parser.add_argument("--agent-color", choices=("white", "black", "alternate"),
                         help="Chess-v0: the colour the agent plays (default: white)")
@@ -314,8 +317,9 @@ def plot_curve(runs: list[dict[str, Any]], path: Path, target: float | None,
         ax.set_xlabel(label)
         ax.grid(True, alpha=0.3)
     axes[0].set_ylabel("return")
+    episodes = runs[0].get("args", {}).get("eval_episodes", 100)
     axes[0].legend(fontsize=8, title="line: training episodes (last 100)\n"
-                   "dot: greedy eval (100 episodes)\nopen: eval stopped below target",
+                   f"dot: greedy eval ({episodes} episodes)\nopen: eval stopped below target",
                    title_fontsize=7)
     env = runs[0]["env"]
     fig.suptitle(title or f"envfleet train {env} ({runs[0]['backend']}, "
@@ -359,15 +363,17 @@ def run_eval(options: argparse.Namespace) -> int:
     obs, _ = env.reset(seed=options.seed)
     result = ppo.evaluate(env, agent, options.seed, torch.device("cpu"),
                           isinstance(obs, torch.Tensor),
-                          ppo.box_bounds(env.single_action_space, torch.device("cpu")))
+                          ppo.box_bounds(env.single_action_space, torch.device("cpu")),
+                          greedy=not options.sample)
     env.close()
     returns = np.asarray(result.returns)
-    out = {"env": options.env, "episodes": len(returns), "mean_return": float(returns.mean()),
+    out = {"env": options.env, "policy": "sampled" if options.sample else "greedy",
+           "episodes": len(returns), "mean_return": float(returns.mean()),
            "std_return": float(returns.std()), "min_return": float(returns.min()),
            "max_return": float(returns.max()), "eval_s": result.seconds}
-    line = (f"{options.env}: mean return {out['mean_return']:.2f} ± {out['std_return']:.2f} "
-            f"over {out['episodes']} episodes (min {out['min_return']:g}, max "
-            f"{out['max_return']:g}; {result.seconds:.2f} s)")
+    line = (f"{options.env} ({out['policy']}): mean return {out['mean_return']:.2f} ± "
+            f"{out['std_return']:.2f} over {out['episodes']} episodes (min "
+            f"{out['min_return']:g}, max {out['max_return']:g})")
     if name == "Chess-v0":
         out.update(outcomes(returns))
         line += (f"; win {out['win_rate']:.3f} draw {out['draw_rate']:.3f} "
