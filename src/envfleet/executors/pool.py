@@ -43,8 +43,10 @@ from envfleet.executors.processes import ProcessVectorEnv
 from envfleet.executors.shared_memory import assign_rows, masked_copy, take_rows
 from envfleet.machine import usable_cores
 
-#: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``)
-DEFAULT_SPIN_US = 0.0
+#: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
+#: measured on this project's 2-core VM, CartPole-v1 at 64 envs, pool / SyncVectorEnv went from
+#: 1.18x (0) to 1.57x (200) in one interleaved run (/tmp-style A/B, 9 rounds)
+DEFAULT_SPIN_US = 200.0
 
 
 class PoolVectorEnv(ProcessVectorEnv):
