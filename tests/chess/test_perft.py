@@ -6,6 +6,7 @@ import random
 
 import pytest
 
+from envfleet.bench.chess import python_chess_perft
 from envfleet.chess import STARTING_FEN, perft
 
 chess = pytest.importorskip("chess")
@@ -39,19 +40,6 @@ def test_published_counts_deep(fen, depth, expected):
     assert perft(fen, depth) == expected
 
 
-def reference_perft(board, depth: int) -> int:
-    if depth == 0:
-        return 1
-    if depth == 1:
-        return board.legal_moves.count()
-    total = 0
-    for move in board.legal_moves:
-        board.push(move)
-        total += reference_perft(board, depth - 1)
-        board.pop()
-    return total
-
-
 # positions aimed at the rules that movegen gets wrong
 TRICKY = [
     "8/8/8/K2pP2r/8/8/8/7k w - d6 0 2",  # en passant exposing the king along the rank
@@ -80,7 +68,7 @@ TRICKY = [
 def test_tricky_positions_against_python_chess(fen):
     board = chess.Board(fen)
     for depth in (1, 2, 3):
-        assert perft(fen, depth) == reference_perft(board, depth), (fen, depth)
+        assert perft(fen, depth) == python_chess_perft(board, depth), (fen, depth)
 
 
 def random_positions(count: int, seed: int) -> list[str]:
@@ -103,7 +91,7 @@ def random_positions(count: int, seed: int) -> list[str]:
 @pytest.mark.parametrize("fen", random_positions(24, seed=5))
 def test_random_positions_against_python_chess(fen):
     board = chess.Board(fen)
-    assert perft(fen, 2) == reference_perft(board, 2), fen
+    assert perft(fen, 2) == python_chess_perft(board, 2), fen
 
 
 def test_perft_refuses_bad_input():
