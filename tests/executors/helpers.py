@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import functools
 import multiprocessing
 import os
 import time
 
 import pytest
+
+import envfleet
+from tests.executors.envs import FaultyEnv
 
 BACKENDS = ["serial", "subprocess", "pool"]
 PROCESS_BACKENDS = ["subprocess", "pool"]
@@ -52,3 +56,12 @@ def assert_nothing_left(pids: list[int], names: set[str], timeout: float = 5.0) 
     assert all(pid_gone(p) for p in pids), [p for p in pids if not pid_gone(p)]
     assert not [p for p in multiprocessing.active_children() if p.pid in pids]
     assert not names & shm_names()
+
+
+def faulty(fault: str, bad_index: int, backend: str, num_envs: int = 5, **options):
+    """``num_envs`` FaultyEnvs on ``backend`` (a pool: 2 workers unless told)."""
+    factories = [functools.partial(FaultyEnv, index=i, fault=fault, bad_index=bad_index)
+                 for i in range(num_envs)]
+    if backend == "pool":
+        options.setdefault("num_workers", 2)
+    return envfleet.make(factories, num_envs, backend=backend, **options)

@@ -16,11 +16,12 @@ import pytest
 
 import envfleet
 from envfleet.executors import EnvWorkerError
-from tests.executors.envs import CountingEnv, FaultyEnv
+from tests.executors.envs import CountingEnv
 from tests.executors.helpers import (
     BACKENDS,
     PROCESS_BACKENDS,
     assert_nothing_left,
+    faulty,
     our_names,
     pid_gone,
     worker_pids,
@@ -28,14 +29,6 @@ from tests.executors.helpers import (
 
 N = 5
 ZEROS = np.zeros(N, dtype=np.int64)
-
-
-def faulty(fault: str, bad_index: int, backend: str, **options):
-    factories = [functools.partial(FaultyEnv, index=i, fault=fault, bad_index=bad_index)
-                 for i in range(N)]
-    if backend == "pool":
-        options.setdefault("num_workers", 2)
-    return envfleet.make(factories, N, backend=backend, **options)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

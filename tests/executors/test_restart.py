@@ -15,6 +15,7 @@ from tests.executors.helpers import (
     BACKENDS,
     PROCESS_BACKENDS,
     assert_nothing_left,
+    faulty,
     our_names,
     worker_pids,
 )
@@ -27,13 +28,9 @@ CASES = [(b, "step") for b in BACKENDS] + [(b, f) for b in PROCESS_BACKENDS
 
 
 def restarting(fault: str, backend: str, bad_index: int = 3, **options):
-    factories = [functools.partial(FaultyEnv, index=i, fault=fault, bad_index=bad_index)
-                 for i in range(N)]
-    if backend == "pool":
-        options.setdefault("num_workers", 2)  # envs 0..2 and 3..4
     if backend != "serial":
         options.setdefault("step_timeout", 1.0)
-    return envfleet.make(factories, N, backend=backend, restart_failed=True, **options)
+    return faulty(fault, bad_index, backend, N, restart_failed=True, **options)
 
 
 def lost_envs(backend: str, fault: str) -> list[int]:

@@ -320,13 +320,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
             return False
 
-    def _failed(self, w: Worker, what: str, phase: str) -> bool:
+    def _failed(self, w: Worker, what: str, phase: str) -> None:
         """Worker ``w`` died or hung in ``phase``: start it again (``restart_failed``, during a
-        step or reset; returns True), or shut everything down and raise (``_fatal``)."""
+        step or reset), or shut everything down and raise (``_fatal``)."""
         if not (self.restart_failed and phase in ("step", "reset")):
             self._fatal(w, what, phase)
         self._restart(w, what, phase)
-        return True
 
     def _restart(self, w: Worker, what: str, phase: str) -> None:
         """Replace lost worker ``w`` by a new process over new envs (same rows, same slot).
