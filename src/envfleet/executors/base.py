@@ -8,7 +8,8 @@ an in-process loop (``serial``), pipes (``subprocess``) or shared memory (``pool
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -129,6 +130,7 @@ class ExecutorVectorEnv(VectorEnv):
         self._initial_seed = None if seed is None else check_seed(seed)
         self._has_reset = False
         self._failure: str | None = None  # why a reset is needed before the next step
+        self._interrupted = False  # a call was cut short: answers may still be on their way
         self._broken: str | None = None  # why the executor cannot run any more
         self._needs_reset = np.zeros(num_envs, dtype=bool)  # DISABLED: ended episodes
         self.arrays: dict[str, np.ndarray] = {}
@@ -180,6 +182,10 @@ class ExecutorVectorEnv(VectorEnv):
     def _set_attr_envs(self, name: str, values: list[Any]) -> None:
         raise NotImplementedError
 
+    def _resync(self) -> None:
+        """After an interrupted call: wait until the envs have finished what they were given,
+        dropping their answers (in-process executors have nothing to wait for)."""
+
     # --- the Gymnasium API ------------------------------------------------------------------
 
     def reset(
@@ -198,13 +204,23 @@ class ExecutorVectorEnv(VectorEnv):
             if mask.all():
                 mask = None
             elif not self._has_reset:
-                raise RuntimeError("the first reset() must reset every env (no reset_mask)")
+                raise RuntimeError(
+                    "the first reset() must reset every env (no reset_mask)"
+                    if self._failure is None else
+                    f"a previous call failed ({self._failure}): reset every env (no reset_mask)")
             else:
                 mask = mask.copy()
         if seed is None and not self._has_reset:
             seed = self._initial_seed
         seeds = None if seed is None else env_seeds(seed, self.num_envs)
-        infos_list = self._run(lambda: self._reset_envs(mask, seeds, options or None))
+
+        def reset_envs() -> Infos:
+            if self._interrupted:
+                self._resync()
+                self._interrupted = False
+            return self._reset_envs(mask, seeds, options or None)
+
+        infos_list = self._run(reset_envs, "reset()")
         self._has_reset = True
         self._failure = None
         if mask is None:
@@ -227,7 +243,7 @@ class ExecutorVectorEnv(VectorEnv):
         actions = check_actions(self.single_action_space, self.action_space, actions,
                                 self.num_envs, self._needs_reset if disabled else None)
         assign_batched(self._actions, actions)
-        step_infos, final_infos = self._run(self._step_envs)
+        step_infos, final_infos = self._run(self._step_envs, "step()")
         a = self.arrays
         terminated, truncated = a["terminated"], a["truncated"]
         infos: dict[str, Any] = {}
@@ -251,8 +267,9 @@ class ExecutorVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each env's ``name``: called with the arguments if callable, else its value
         (Gymnasium's ``SyncVectorEnv.call``; results in env order)."""
-        self._check_usable()
-        return tuple(self._call_envs(name, args, kwargs))
+        self._check_in_step()
+        with self._guard(f"call({name!r})", needs_reset=False):
+            return tuple(self._call_envs(name, args, kwargs))
 
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Each env's attribute ``name`` (through wrappers)."""
@@ -260,13 +277,14 @@ class ExecutorVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set attribute ``name`` of every env: one value for all, or a list with one per env."""
-        self._check_usable()
+        self._check_in_step()
         if not isinstance(values, list | tuple):
             values = [values] * self.num_envs
         if len(values) != self.num_envs:
             raise ValueError(f"set_attr needs one value per env (num_envs={self.num_envs}), "
                              f"got {len(values)}")
-        self._set_attr_envs(name, list(values))
+        with self._guard(f"set_attr({name!r})", needs_reset=False):
+            self._set_attr_envs(name, list(values))
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the executor (idempotent): no process or shared-memory segment is left."""
@@ -276,13 +294,35 @@ class ExecutorVectorEnv(VectorEnv):
 
     # --- helpers -----------------------------------------------------------------------------
 
-    def _run(self, call: Callable[[], Any]) -> Any:
-        try:
+    def _run(self, call: Callable[[], Any], what: str) -> Any:
+        """``call()``; if it fails, the envs must be reset before they step again."""
+        with self._guard(what):
             return call()
+
+    @contextlib.contextmanager
+    def _guard(self, what: str, needs_reset: bool = True) -> Iterator[None]:
+        """Around every exchange with the envs: an env failure requires a reset (when
+        ``needs_reset``); anything else cutting the exchange short (Ctrl-C) leaves answers on
+        their way, so nothing but ``reset()`` (which waits for them first) may run next."""
+        try:
+            yield
         except EnvWorkerError as error:
-            self._has_reset = False
-            self._failure = str(error)
+            if needs_reset:
+                self._has_reset = False
+                self._failure = str(error)
             raise
+        except BaseException as error:
+            self._has_reset = False
+            self._interrupted = True
+            self._failure = (f"{what} was interrupted by {type(error).__name__}; its results "
+                             f"were dropped")
+            raise
+
+    def _check_in_step(self) -> None:
+        """Usable, and not left out of step with its envs by an interrupted call."""
+        self._check_usable()
+        if self._interrupted:
+            raise RuntimeError(f"{self._failure}: call reset() first")
 
     def _out(self, value: Any) -> Any:
         return copy_batched(value) if self.copy else value

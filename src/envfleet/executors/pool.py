@@ -108,8 +108,8 @@ class PoolVectorEnv(ProcessVectorEnv):
         first (their results stay queued for ``recv``), and the reset envs then wait for
         actions with their reset observations queued for ``recv`` (EnvPool's async reset)."""
         self._check_usable()
-        if self._in_flight.any():
-            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"))
+        if self._in_flight.any() and not self._interrupted:  # (else reset drops them)
+            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"), "reset()")
         mask = (options or {}).get("reset_mask")
         result = super().reset(seed=seed, options=options)
         if mask is None or np.asarray(mask).all():
@@ -189,6 +189,11 @@ class PoolVectorEnv(ProcessVectorEnv):
             raise ValueError(f"{error} (env k of this send is env_ids[k]: "
                              f"env_ids={ids.tolist()})") from None
         assign_rows(self._actions, actions, ids)
+        with self._guard("send()"):
+            self._send_to_owners(ids)
+
+    def _send_to_owners(self, ids: np.ndarray) -> None:
+        """One message per owning worker with its envs among ``ids``."""
         order = np.argsort(self._owner[ids], kind="stable")
         by_worker = self._owner[ids][order]
         cuts = np.flatnonzero(np.diff(by_worker)) + 1
@@ -221,7 +226,7 @@ class PoolVectorEnv(ProcessVectorEnv):
                 raise RuntimeError(
                     f"recv() needs batch_size={b} envs but only {len(self._ready)} are ready "
                     f"and {flying} are stepping: send() actions to more envs first")
-            self._run(lambda: self._collect(missing, "step"))
+            self._run(lambda: self._collect(missing, "step"), "recv()")
         ready = iter(self._ready)
         ids_list = [next(ready) for _ in range(b)]
         for e in ids_list:

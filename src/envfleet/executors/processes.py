@@ -69,6 +69,34 @@ def split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
     return shares
 
 
+#: what a worker's start-up failure means when it re-imported an unguarded main script
+UNGUARDED_MAIN = (
+    "envfleet's worker processes import your main script again, and its top-level code "
+    "builds worker processes itself: put the code that makes the env under\n"
+    '    if __name__ == "__main__":\n'
+    "(Python's multiprocessing needs this guard with the forkserver and spawn start methods; "
+    "see https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-"
+    "start-methods)")
+
+
+def _pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int) -> bytes:
+    """The factories of envs ``start .. stop - 1``, cloudpickled for their worker; a factory
+    that cannot be pickled is named (TypeError)."""
+    try:
+        return cloudpickle.dumps(factories[start:stop])
+    except Exception:
+        for i in range(start, stop):
+            try:
+                cloudpickle.dumps(factories[i])
+            except Exception as error:
+                raise TypeError(
+                    f"env {i}'s factory {factories[i]!r} cannot be sent to a worker process "
+                    f"({type(error).__name__}: {error}); factories must be picklable (with "
+                    f"cloudpickle): create unpicklable objects (locks, open files, "
+                    f"connections) inside the factory, not before") from error
+        raise
+
+
 @dataclass
 class Worker:
     index: int
@@ -92,10 +120,22 @@ def _exit_text(code: int | None) -> str:
     return f"exit code {code}"
 
 
+def _stopped(pid: int | None) -> bool:
+    """Process ``pid`` is stopped (SIGSTOP, or traced); False when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
 def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
               closers: list[Any] | None = None) -> None:
     """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
     for w in workers:
+        if _stopped(w.process.pid):  # (SIGSTOP: it could neither close nor handle SIGTERM)
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(w.process.pid, signal.SIGKILL)
         with contextlib.suppress(OSError, ValueError):
             w.conn.send_bytes(protocol.CLOSE)
     deadline = time.monotonic() + CLOSE_GRACE
@@ -106,6 +146,8 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
         for w in alive:
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(w.process.pid, sig)
+                if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
+                    os.kill(w.process.pid, signal.SIGCONT)
         for w in alive:
             w.process.join(2.0)
     for w in workers:
@@ -138,6 +180,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, pin_workers: bool = False,
                  restart_failed: bool = False, spin_us: float = 0.0) -> None:
+        if getattr(multiprocessing.current_process(), "_inheriting", False):
+            # this is a worker starting up, and importing the user's main script again built
+            # an executor: there is no guard; exit quietly, the parent explains (one error
+            # instead of one traceback per worker)
+            os._exit(protocol.MAIN_REIMPORTED)
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
@@ -183,7 +230,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._closers += [self._done, self._done_w]  # (the write end: for restarts)
         self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
-            payload = cloudpickle.dumps(factories[start:stop])
+            payload = _pickle_factories(factories, start, stop)
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
@@ -207,7 +254,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if self.shared_memory:
             fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}
             fields["current"] = ((self.num_workers,), np.int64)
-            fields["sync"] = ((2,), np.int64)  # [workers finished, workers expected]
+            # [workers finished, workers expected, batch number]
+            fields["sync"] = ((3,), np.int64)
             fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
             self._layout = BufferLayout.of(fields)
             shared = SharedBuffers.create(self._layout)
@@ -272,7 +320,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         poller, by_fd = self._poller, self._by_fd
         while waiting:
             remaining = deadline - time.monotonic()
-            events = poller.poll(remaining * 1000.0) if remaining > 0 else []
+            events = poller.poll(max(remaining, 0.0) * 1000.0)  # (overdue: what has come)
             if not events:
                 silent = next(w for w in workers if w.index in waiting)
                 self._failed(silent, f"did not answer within step_timeout="
@@ -402,6 +450,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return w.start if w.stop - w.start == 1 else None
 
     def _fatal(self, w: Worker, what: str, phase: str) -> None:
+        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
+            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
+        if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
+            self._shutdown()
+            raise RuntimeError(UNGUARDED_MAIN) from None
         env = self._env_of(w, phase)
         on = f" while running env {env}'s {phase}()" if env is not None else f" during {phase}"
         message = f"{w.describe()} {what}{on}"
@@ -499,6 +552,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._restart_infos = []
         if self.shared_memory:
             self._sync[0] = 0
+            self._sync[2] += 1
             self._finished[:] = 0
 
     def _failure_infos(self, lost: dict[int, str]) -> Infos:
@@ -515,40 +569,77 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return self._infos(workers, self._wait_done(workers, phase))
 
     def _wait_done(self, workers: list[Worker], phase: str) -> list[bytes]:
-        """Shared memory: sleep until the last worker's ``done`` byte (or a fault); the results
-        of workers with something to say, ``b"k"`` for the others (``LOST`` for lost ones)."""
+        """Shared memory: sleep until the last worker's ``done`` message for this batch (or a
+        fault); the results of workers with something to say, ``b"k"`` for the others
+        (``LOST`` for lost ones). A worker that does not finish within ``step_timeout`` is the
+        one that failed, whether it was running an env or never started (stopped, stuck)."""
         replies = {w.index: protocol.OK for w in workers}
         said: set[int] = set()
         done_fd = self._done.fileno()
+        batch = int(self._sync[2])
         deadline = time.monotonic() + self.step_timeout
-        finished = False
-        while not finished:
-            remaining = deadline - time.monotonic()
-            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
-            if not events:
-                busy = [w for w in workers if int(self._current[w.index]) >= 0]
-                for w in busy or workers[:1]:
-                    self._failed(w, f"did not answer within step_timeout="
-                                    f"{self.step_timeout:g} s", phase)
-                    replies[w.index] = LOST
-                deadline = time.monotonic() + self.step_timeout
-            for fd, _ in events:
-                if fd == done_fd:
-                    self._done.recv_bytes()
-                    finished = True
-                elif not self._read_result(self._by_fd[fd], phase, replies, said):
-                    break  # a worker was restarted (its fd may be reused): poll again
+        while True:
             if self._lost:
                 for index in self._lost:
                     replies[index] = LOST
-                finished = finished or self._batch_complete()
+                # lost workers were counted out: the others may all have finished already,
+                # and the last of them saw nothing left to wake the parent for
+                if self._batch_complete():
+                    break
+            remaining = deadline - time.monotonic()
+            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
+            if not events:
+                for w in self._unfinished(workers):
+                    self._failed(w, f"did not answer within step_timeout="
+                                    f"{self.step_timeout:g} s", phase)
+                deadline = time.monotonic() + self.step_timeout
+                continue
+            finished = False
+            for fd, _ in events:
+                if fd == done_fd:
+                    # (a late wake-up of an earlier batch carries that batch's number)
+                    finished |= int.from_bytes(self._done.recv_bytes(), "little") == batch
+                elif not self._read_result(self._by_fd[fd], phase, replies, said):
+                    break  # a worker was restarted (its fd may be reused): poll again
+            if finished:
+                break
         # results were written before their workers counted themselves finished
         for fd, _ in self._poller.poll(0):
             if fd != done_fd:
                 self._read_result(self._by_fd[fd], phase, replies, said)
+        for index in self._lost:
+            replies[index] = LOST
         ordered = [replies[w.index] for w in workers]
         self._raise_errors(ordered)
         return ordered
+
+    def _unfinished(self, workers: list[Worker]) -> list[Worker]:
+        """The ``workers`` (not lost) that have not counted themselves finished this batch."""
+        with self._lock:
+            return [w for w in workers
+                    if w.index not in self._lost and not self._finished[w.index]]
+
+    def _resync(self) -> None:
+        """After an interrupted call: every worker answers a fresh token once it has finished
+        what it was given (an async worker drops its queue); what came before is dropped. A
+        worker that does not answer within ``step_timeout`` failed (restart or shutdown)."""
+        self._begin_batch()  # (a late wake-up of the interrupted batch is ignored by number)
+        token = os.urandom(8)
+        for w in self._workers:
+            self._send(w, protocol.SYNC + token, "reset")
+        for w in self._workers:
+            deadline = time.monotonic() + self.step_timeout
+            while w.index not in self._lost:
+                try:
+                    if not w.conn.poll(max(deadline - time.monotonic(), 0.0)):
+                        self._failed(w, f"did not answer within step_timeout="
+                                        f"{self.step_timeout:g} s", "reset")
+                    elif w.conn.recv_bytes() == protocol.SYNCED + token:
+                        break
+                except (EOFError, OSError):
+                    w.process.join(0.5)
+                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
+                                 "reset")
 
     def _batch_complete(self) -> bool:
         """Every worker still expected has finished (after lost ones were counted out)."""

@@ -14,14 +14,17 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
   ``b"c"`` close; ``b"m" + cloudpickle((name, args, kwargs))`` call (or get) an attribute of
   every env, answered ``b"R" + pickle(results)``; ``b"t" + cloudpickle((name, values))`` set
-  one, answered ``b"k"`` (both always on the worker's own pipe).
+  one, answered ``b"k"`` (both always on the worker's own pipe); ``b"y" + token`` (after the
+  parent was interrupted mid-call): drop the envs queued by async sends and answer ``b"Y" +
+  token``, so the parent knows every earlier answer has arrived and can drop them.
 - results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
   None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
   when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
-  counter (under a lock) and the last one to finish writes ``b"k"`` to the parent's one
-  ``done`` pipe. A batch without infos costs one byte to each worker and one byte back, and
-  wakes the parent once: nothing is pickled on that path.
+  counter (under a lock) and the last one to finish writes the batch's number (``sync[2]``, 8
+  bytes) to the parent's one ``done`` pipe (a number, so that a late wake-up from an earlier
+  batch is never taken for this one's). A batch without infos costs one byte to each worker
+  and one 8-byte message back, and wakes the parent once: nothing is pickled on that path.
 
 A worker exits when the parent's end of its pipe closes (the parent died), when a watchdog
 thread sees the parent process gone (an env stuck in a long call), or on ``b"c"``.
@@ -59,6 +62,11 @@ DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info) fol
 CALL = b"m"  # cloudpickled (name, args, kwargs): call / get an attribute of every env
 SET_ATTR = b"t"  # pickled (name, values): set an attribute of every env
 RESULT = b"R"  # pickled list: the result of CALL, one per env
+SYNC = b"y"  # 8-byte token: drop the async queue, echo SYNCED + token (after an interrupted call)
+SYNCED = b"Y"
+#: the exit code of a worker whose start re-imported a main script that builds executors at its
+#: top level (no ``if __name__ == "__main__":`` guard): the parent explains it in one error
+MAIN_REIMPORTED = 87
 OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
 
 
@@ -137,8 +145,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 spin_us: float = 0.0) -> None:
     """Run envs ``first ..`` (the factories in ``payload``) for the parent ``parent_pid``,
     on CPU ``core`` only when one is given. Shared-memory workers share ``lock`` (guarding the
-    ``sync`` counter: [finished, expected]) and ``done`` (the parent's wake-up pipe), and
-    wait for a batch as ``CommandWaiter`` says (``spin_us``: 0 never spins)."""
+    ``sync`` counter: [finished, expected, batch number]) and ``done`` (the parent's wake-up
+    pipe), and wait for a batch as ``CommandWaiter`` says (``spin_us``: 0 never spins)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the parent's to handle
     if core is not None:
         with contextlib.suppress(OSError, AttributeError):  # not Linux, or not allowed
@@ -223,6 +231,10 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             if command == SEND:
                 queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
                 continue
+            if command == SYNC:
+                queue.clear()
+                conn.send_bytes(SYNCED + message[1:])
+                continue
             reply = OK
             try:
                 if command == STEP:
@@ -267,8 +279,9 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 counter[0] += 1
                 finished[slot] = 1  # (a restart must not count this worker out twice)
                 last = counter[0] == counter[1]
+                batch = int(counter[2])
             if last:
-                done.send_bytes(OK)
+                done.send_bytes(batch.to_bytes(8, "little"))
             waiter.idle()
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the parent is gone or closed the pipe
