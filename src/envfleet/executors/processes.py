@@ -26,7 +26,7 @@ import select
 import signal
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -386,13 +386,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._lost[w.index] = f"{w.describe()} {what}" + (
             f" while running env {env}'s {phase}()" if env is not None else "")
         if self.shared_memory:  # count w out of this batch unless it already counted itself
-            if not self._lock.acquire(timeout=self.step_timeout):
-                self._fatal(w, what, phase)
-            try:
+            with self._counter_lock():
                 if not self._finished[w.index]:
                     self._sync[1] -= 1
-            finally:
-                self._lock.release()
         fd = w.conn.fileno()
         self._poller.unregister(fd)
         del self._by_fd[fd]
@@ -615,7 +611,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _unfinished(self, workers: list[Worker]) -> list[Worker]:
         """The ``workers`` (not lost) that have not counted themselves finished this batch."""
-        with self._lock:
+        with self._counter_lock():
             return [w for w in workers
                     if w.index not in self._lost and not self._finished[w.index]]
 
@@ -643,8 +639,22 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _batch_complete(self) -> bool:
         """Every worker still expected has finished (after lost ones were counted out)."""
-        with self._lock:
+        with self._counter_lock():
             return bool(self._sync[0] >= self._sync[1])
+
+    @contextlib.contextmanager
+    def _counter_lock(self) -> Iterator[None]:
+        """The lock of the shared batch counter, never waited on forever: a worker killed
+        while holding it would hold it for good, and the pool cannot go on."""
+        if not self._lock.acquire(timeout=self.step_timeout):
+            self._broken = (f"the batch counter's lock was not released within step_timeout="
+                            f"{self.step_timeout:g} s (a worker died holding it)")
+            self._shutdown()
+            raise EnvWorkerError(self._broken)
+        try:
+            yield
+        finally:
+            self._lock.release()
 
     def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
                      said: set[int]) -> bool:
