@@ -18,6 +18,7 @@ from gymnasium.vector.utils import batch_space
 
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import Infos
+from envfleet.executors.outputs import BadEnvOutput
 from envfleet.executors.shared_memory import (
     BufferLayout,
     check_supported,
@@ -61,9 +62,11 @@ class RemoteTraceback(Exception):
 
 def failure_error(index: int, phase: str, error_type: str, text: str,
                   tb: str) -> EnvWorkerError:
-    """The parent-side error for an exception raised by env ``index``'s ``phase``."""
-    error = EnvWorkerError(f"env {index} raised {error_type} in {phase}(): {text}",
-                           env_index=index, worker_traceback=tb)
+    """The parent-side error for an exception raised by env ``index``'s ``phase`` (or for a
+    value it returned that ``executors.outputs`` refused)."""
+    message = (f"env {index}'s {phase}() {text}" if error_type == BadEnvOutput.__name__ else
+               f"env {index} raised {error_type} in {phase}(): {text}")
+    error = EnvWorkerError(message, env_index=index, worker_traceback=tb)
     error.__cause__ = RemoteTraceback(tb)
     return error
 
