@@ -194,3 +194,19 @@ class BadOutputEnv(CountingEnv):
             names = ("obs", "reward", "terminated", "truncated", "info")
             out = tuple(self.bad.get(name, value) for name, value in zip(names, out, strict=True))
         return out
+
+
+class BoolActionEnv(gym.Env):
+    """A ``Box(dtype=bool)`` action; obs = the last action as 0/1, reward = its count."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 1, (3,), dtype=np.int8)
+        self.action_space = spaces.Box(0, 1, (3,), dtype=bool)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.int8), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        return action.astype(np.int8), float(action.sum()), False, False, {}
