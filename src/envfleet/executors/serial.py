@@ -8,19 +8,22 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv, failure_error
+from envfleet.executors.base import (
+    ExecutorVectorEnv,
+    failure_error,
+    spaces_mismatch,
+)
 from envfleet.executors.group import EnvFailure, EnvGroup, Infos
 
 
 def check_same_spaces(envs: list[Any], first: int = 0) -> None:
-    """Every env must have env ``first``'s spaces (batching needs one layout)."""
+    """Every env must have env ``first``'s spaces (batching needs one layout); raises
+    ``SpacesMismatchError``."""
     for k, env in enumerate(envs[1:], 1):
         for what in ("observation_space", "action_space"):
             if getattr(env, what) != getattr(envs[0], what):
-                raise ValueError(
-                    f"env {first + k}'s {what} {getattr(env, what)} differs from env "
-                    f"{first}'s {getattr(envs[0], what)}: every env must have the same spaces"
-                )
+                raise spaces_mismatch(first + k, what, getattr(env, what), first,
+                                      getattr(envs[0], what))
 
 
 class SerialVectorEnv(ExecutorVectorEnv):
@@ -85,6 +88,6 @@ class SerialVectorEnv(ExecutorVectorEnv):
         self._group.close() if hasattr(self, "_group") else None
 
 
-def _error(failure: EnvFailure) -> EnvWorkerError:
+def _error(failure: EnvFailure) -> Exception:
     """The error a process executor would raise (chained to the env's own exception)."""
     return failure_error(*failure.as_tuple())
