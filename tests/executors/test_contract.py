@@ -183,7 +183,7 @@ def test_different_spaces_raise_gymnasiums_error_on_every_backend(request, backe
     expected = (f"env {index}'s {what} {getattr(factories[index](), what)} differs from env 0's "
                 f"{CountingEnv().observation_space}: every env must have the same spaces")
     options = {"num_workers": 2} if backend == "pool" else {}
-    with pytest.raises(envfleet.executors.base.SpacesMismatchError) as caught:
+    with pytest.raises(envfleet.executors.SpacesMismatchError) as caught:
         envfleet.make(factories, len(factories), backend=backend, **options)
     assert str(caught.value) == expected
     assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, ValueError)
