@@ -168,3 +168,45 @@ class SlowEnv(CountingEnv):
         if self.delay:
             time.sleep(self.delay)
         return super().step(action)
+
+
+class BadOutputEnv(CountingEnv):
+    """A CountingEnv that, when it is env ``bad_index``, returns ``bad`` (replacements for
+    ``obs``, ``reward``, ``terminated``, ``truncated``, ``info``) from its ``at``-th step, or
+    from its first reset when ``at`` is 0."""
+
+    def __init__(self, index: int = 0, bad_index: int = 0, at: int = 1, **bad: Any) -> None:
+        super().__init__(index, length=100)
+        self.bad_index, self.at, self.bad = bad_index, at, bad
+        self.steps = self.resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        obs, info = super().reset(seed=seed, options=options)
+        self.resets += 1
+        if self.index == self.bad_index and self.at == 0 and self.resets == 1:
+            obs, info = self.bad.get("obs", obs), self.bad.get("info", info)
+        return obs, info
+
+    def step(self, action):
+        out = super().step(action)
+        self.steps += 1
+        if self.index == self.bad_index and self.steps == self.at:
+            names = ("obs", "reward", "terminated", "truncated", "info")
+            out = tuple(self.bad.get(name, value) for name, value in zip(names, out, strict=True))
+        return out
+
+
+class BoolActionEnv(gym.Env):
+    """A ``Box(dtype=bool)`` action; obs = the last action as 0/1, reward = its count."""
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(0, 1, (3,), dtype=np.int8)
+        self.action_space = spaces.Box(0, 1, (3,), dtype=bool)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        return np.zeros(3, dtype=np.int8), {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        return action.astype(np.int8), float(action.sum()), False, False, {}

@@ -234,3 +234,31 @@ def test_dead_or_hung_worker_during_recv_is_reported(fault) -> None:
             env.recv()
     finally:
         env.close()
+
+
+@pytest.mark.xfail(strict=True, reason="pool.py recv() builds final_obs with masked_copy: "
+                                       "use shared_memory.final_obs_info as step() does")
+def test_recv_final_obs_of_tuple_observations_is_indexable_per_env() -> None:
+    """As ``step()``'s (and SyncVectorEnv's): ``final_obs[k]`` is the k-th returned env's."""
+    from gymnasium.utils.env_checker import data_equivalence
+    from gymnasium.vector import AutoresetMode
+
+    from tests.executors.envs import TupleEnv
+
+    same_step = AutoresetMode.SAME_STEP
+    actions = np.array([[0, 3], [1, 0], [2, 3], [0, 3]])  # a second part of 3 ends the episode
+    serial = envfleet.make(TupleEnv, 4, backend="serial", autoreset_mode=same_step)
+    serial.reset(seed=0)
+    expected = serial.step(actions)[4]["final_obs"]
+    env = envfleet.make(TupleEnv, 4, backend="pool", num_workers=2, batch_size=2,
+                        autoreset_mode=same_step)
+    env.reset(seed=0)
+    env.send(actions)
+    for _ in range(2):
+        info = env.recv()[4]
+        final = info["final_obs"]
+        assert final.dtype == object and final.shape == (2,)
+        for k, e in enumerate(info["env_id"].tolist()):
+            assert data_equivalence(final[k], expected[e])
+    env.close()
+    serial.close()

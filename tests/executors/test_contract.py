@@ -121,3 +121,69 @@ def test_wrappers_see_episodes() -> None:
             finished += int(info["_episode"].sum())
     assert finished >= 4
     env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("env_cls", [DictEnv, TupleEnv])
+def test_same_step_final_obs_of_dict_and_tuple_spaces(backend, env_cls) -> None:
+    """``info["final_obs"][i]`` is env i's final observation, as SyncVectorEnv gives it."""
+    n, same_step = 4, AutoresetMode.SAME_STEP
+    reference = gym.vector.SyncVectorEnv([env_cls] * n, autoreset_mode=same_step)
+    env = envfleet.make(env_cls, n, backend=backend, autoreset_mode=same_step,
+                        **({"num_workers": 2} if backend == "pool" else {}))
+    ours, theirs = trajectory(env, 12, seed=2), trajectory(reference, 12, seed=2)
+    assert any("final_obs" in step[4] for step in theirs[2:])
+    assert data_equivalence(ours, theirs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_np_random_seed_as_in_gymnasium(backend) -> None:
+    reference = gym.vector.SyncVectorEnv([CountingEnv] * 3)
+    env = envfleet.make(CountingEnv, 3, backend=backend)
+    for seed in (5, [7, None, 9]):
+        reference.reset(seed=seed)
+        env.reset(seed=seed)
+        assert env.np_random_seed == reference.np_random_seed
+    assert env.np_random_seed[:3:2] == (7, 9)
+    env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_closed_env_raises_gymnasiums_error(backend) -> None:
+    env = envfleet.make(CountingEnv, 2, backend=backend)
+    env.reset(seed=0)
+    env.close()
+    for call in (lambda: env.reset(), lambda: env.step(np.zeros(2, dtype=np.int64)),
+                 lambda: env.get_attr("index")):
+        with pytest.raises(gym.error.ClosedEnvironmentError, match="after a call to `close"):
+            call()
+        with pytest.raises(RuntimeError, match="closed"):  # as envfleet raised before
+            call()
+
+
+MISMATCHES = [  # (factories, the env refused, which space)
+    ([CountingEnv, CountingEnv, TupleEnv], 2, "observation_space"),  # its own pool worker
+    ([CountingEnv, TupleEnv, CountingEnv, CountingEnv], 1, "observation_space"),  # in a worker
+    ([CountingEnv, functools.partial(CountingEnv, length=9), DictEnv], 2, "observation_space"),
+]
+NEEDS_PROCESSES_CHANGE = pytest.mark.xfail(
+    strict=True, reason="processes.py compares the workers' spaces with its own ValueError")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("factories", "index", "what"), MISMATCHES)
+def test_different_spaces_raise_gymnasiums_error_on_every_backend(request, backend, factories,
+                                                                  index, what) -> None:
+    """SyncVectorEnv raises RuntimeError; every backend raises one error, worded alike."""
+    if backend == "subprocess" or (backend == "pool" and index != 1):  # (checked across
+        # workers: env `index` is the first of its worker)
+        request.applymarker(NEEDS_PROCESSES_CHANGE)
+    with pytest.raises(RuntimeError):
+        gym.vector.SyncVectorEnv(factories)
+    expected = (f"env {index}'s {what} {getattr(factories[index](), what)} differs from env 0's "
+                f"{CountingEnv().observation_space}: every env must have the same spaces")
+    options = {"num_workers": 2} if backend == "pool" else {}
+    with pytest.raises(envfleet.executors.SpacesMismatchError) as caught:
+        envfleet.make(factories, len(factories), backend=backend, **options)
+    assert str(caught.value) == expected
+    assert isinstance(caught.value, RuntimeError) and isinstance(caught.value, ValueError)

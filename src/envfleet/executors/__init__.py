@@ -9,15 +9,22 @@
 Gymnasium id, one factory or a list of factories.
 """
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv
+from envfleet.executors.base import (
+    ClosedExecutorError,
+    EnvWorkerError,
+    ExecutorVectorEnv,
+    SpacesMismatchError,
+)
 from envfleet.executors.pool import PoolVectorEnv
 from envfleet.executors.serial import SerialVectorEnv
 from envfleet.executors.subprocess import SubprocessVectorEnv
 
 __all__ = [
+    "ClosedExecutorError",
     "EnvWorkerError",
     "ExecutorVectorEnv",
     "PoolVectorEnv",
     "SerialVectorEnv",
+    "SpacesMismatchError",
     "SubprocessVectorEnv",
 ]

@@ -14,17 +14,19 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
+from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import Infos
+from envfleet.executors.outputs import BadEnvOutput
 from envfleet.executors.shared_memory import (
     BufferLayout,
     check_supported,
     copy_batched,
+    final_obs_info,
     leaves,
-    masked_copy,
     nest,
 )
 from envfleet.native.vector_env import check_reset_mask, check_seed
@@ -49,6 +51,24 @@ class EnvWorkerError(RuntimeError):
         return type(self), (self.args[0], self.env_index, self.worker_traceback)
 
 
+class ClosedExecutorError(ClosedEnvironmentError, RuntimeError):
+    """A call on a closed executor: Gymnasium's ``ClosedEnvironmentError`` (as its
+    ``AsyncVectorEnv`` raises), and a ``RuntimeError`` as envfleet raised before."""
+
+
+class SpacesMismatchError(RuntimeError, ValueError):
+    """The envs' spaces differ: a ``RuntimeError``, as Gymnasium's vector envs raise (and a
+    ``ValueError``, as envfleet raised before), the same on every backend."""
+
+
+def spaces_mismatch(index: int, what: str, theirs: spaces.Space, first: int,
+                    mine: spaces.Space) -> SpacesMismatchError:
+    """The error for env ``index``'s ``what`` space ``theirs`` that differs from env
+    ``first``'s ``mine``."""
+    return SpacesMismatchError(f"env {index}'s {what} {theirs} differs from env {first}'s "
+                               f"{mine}: every env must have the same spaces")
+
+
 class RemoteTraceback(Exception):
     """The traceback text of an exception raised in a worker process (shown when chained)."""
 
@@ -61,10 +81,15 @@ class RemoteTraceback(Exception):
 
 
 def failure_error(index: int, phase: str, error_type: str, text: str,
-                  tb: str) -> EnvWorkerError:
-    """The parent-side error for an exception raised by env ``index``'s ``phase``."""
-    error = EnvWorkerError(f"env {index} raised {error_type} in {phase}(): {text}",
-                           env_index=index, worker_traceback=tb)
+                  tb: str) -> EnvWorkerError | SpacesMismatchError:
+    """The parent-side error for an exception raised by env ``index``'s ``phase`` (or for a
+    value it returned that ``executors.outputs`` refused). Envs of one worker with different
+    spaces raise what the serial executor raises."""
+    if phase == "make" and error_type == SpacesMismatchError.__name__:
+        return SpacesMismatchError(text)
+    message = (f"env {index}'s {phase}() {text}" if error_type == BadEnvOutput.__name__ else
+               f"env {index} raised {error_type} in {phase}(): {text}")
+    error = EnvWorkerError(message, env_index=index, worker_traceback=tb)
     error.__cause__ = RemoteTraceback(tb)
     return error
 
@@ -252,7 +277,7 @@ class ExecutorVectorEnv(VectorEnv):
         elif self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = terminated | truncated
             if ended.any():
-                infos["final_obs"] = masked_copy(self._final_obs, ended)
+                infos["final_obs"] = final_obs_info(self._final_obs, ended)
                 infos["_final_obs"] = ended
                 final_info: dict[str, Any] = {}
                 for i, info in final_infos:
@@ -263,6 +288,11 @@ class ExecutorVectorEnv(VectorEnv):
             infos = self._add_info(infos, info, i)
         return (self._out(self._obs), self._out(a["rewards"]), self._out(terminated),
                 self._out(truncated), infos)
+
+    @property
+    def np_random_seed(self) -> tuple[int, ...]:
+        """Each env's ``np_random_seed`` (as Gymnasium's ``SyncVectorEnv`` gives it)."""
+        return self.get_attr("np_random_seed")
 
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each env's ``name``: called with the arguments if callable, else its value
@@ -329,7 +359,8 @@ class ExecutorVectorEnv(VectorEnv):
 
     def _check_usable(self) -> None:
         if self._broken == "closed" or self.closed:
-            raise RuntimeError("this env is closed")
+            raise ClosedExecutorError(f"Trying to operate on `{type(self).__name__}`, after a "
+                                      f"call to `close()` (this env is closed)")
         if self._broken is not None:
             raise EnvWorkerError(f"this env's executor has failed and was shut down "
                                  f"({self._broken}); close() it and make a new one")

@@ -16,7 +16,8 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.shared_memory import copy_row, nest, row_reader, row_writer
+from envfleet.executors.outputs import check_flag, check_info, check_reward, obs_writer
+from envfleet.executors.shared_memory import copy_row, nest, row_reader
 
 #: (global env index, info dict) for the envs whose info was not empty
 Infos = list[tuple[int, dict[str, Any]]]
@@ -69,7 +70,7 @@ class EnvGroup:
         self.rewards = arrays["rewards"]
         self.terminated = arrays["terminated"]
         self.truncated = arrays["truncated"]
-        self.write_obs = row_writer(observation_space)
+        self.write_obs = obs_writer(observation_space)  # checks what the env returned
         self.read_action = row_reader(action_space)
         self.pending = np.zeros(len(envs), dtype=bool)  # NEXT_STEP: reset on the next step
         if current is None:
@@ -96,9 +97,11 @@ class EnvGroup:
                     failure = _describe(error)
                     env = self._rebuild(j, "reset")
                     obs, info = env.reset(seed=seed, options=options)
-                    info = {**info, FAILURE_KEY: failure}
+                    info = {**check_info(info), FAILURE_KEY: failure}
                 r = self.row0 + j
                 self.write_obs(self.obs, r, obs)
+                if type(info) is not dict:
+                    info = check_info(info)
                 self.rewards[r] = 0.0
                 self.terminated[r] = False
                 self.truncated[r] = False
@@ -124,6 +127,8 @@ class EnvGroup:
         actions = self.actions[rows].copy() if leaf_actions else [
             self.read_action(self.actions, r) for r in range(r0, r0 + n)]
         obs_rows = self.obs[rows] if isinstance(self.obs, np.ndarray) else None
+        if obs_rows is not None:  # (anything but an array of this shape and dtype is checked)
+            obs_shape, obs_dtype = obs_rows.shape[1:], obs_rows.dtype
         write_obs, obs_buf = self.write_obs, self.obs
         pending, current, slot, envs = self.pending, self.current, self.slot, self.envs
         next_step = self.mode is AutoresetMode.NEXT_STEP
@@ -142,21 +147,31 @@ class EnvGroup:
                         pending[j] = False
                     else:
                         obs, reward, term, trunc, info = env.step(actions[j])
-                        rewards[j] = reward
+                        # checked where they are written: a bad one names this env
+                        rewards[j] = reward if type(reward) is float else check_reward(reward)
+                        if type(term) is not bool:
+                            term = check_flag(term, "terminated")
+                        if type(trunc) is not bool:
+                            trunc = check_flag(trunc, "truncated")
                         terminated[j] = term
                         truncated[j] = trunc
                         if term or trunc:
                             if same_step:
                                 write_obs(self.final_obs, r0 + j, obs)
+                                if type(info) is not dict:
+                                    info = check_info(info)
                                 if info:
                                     finals.append((first + j, info))
                                 obs, info = env.reset()
                             else:
                                 pending[j] = True
-                    if obs_rows is not None:
+                    if obs_rows is not None and type(obs) is np.ndarray \
+                            and obs.dtype is obs_dtype and obs.shape == obs_shape:
                         obs_rows[j] = obs
                     else:
                         write_obs(obs_buf, r0 + j, obs)
+                    if type(info) is not dict:
+                        info = check_info(info)
                     if info:
                         infos.append((first + j, info))
                 start = n
@@ -193,14 +208,17 @@ class EnvGroup:
                 self.pending[j] = False
             else:
                 obs, reward, term, trunc, info = env.step(action)
+                reward = check_reward(reward)
+                term, trunc = check_flag(term, "terminated"), check_flag(trunc, "truncated")
                 if term or trunc:
                     if self.mode is AutoresetMode.SAME_STEP:
                         self.write_obs(self.final_obs, r, obs)
-                        final = info
+                        final = check_info(info)
                         obs, info = env.reset()
                     elif self.mode is AutoresetMode.NEXT_STEP:
                         self.pending[j] = True
             self.write_obs(self.obs, r, obs)
+            info = check_info(info)
             self.rewards[r] = reward
             self.terminated[r] = term
             self.truncated[r] = trunc
@@ -229,9 +247,10 @@ class EnvGroup:
             copy_row(self.obs, self.final_obs, r)
             try:
                 obs, info = env.reset()
+                self.write_obs(self.obs, r, obs)
+                info = check_info(info)
             except Exception as again:
                 raise EnvFailure(self.first + j, "reset", again) from again
-            self.write_obs(self.obs, r, obs)
             return {**info, FAILURE_KEY: failure}, {FAILURE_KEY: failure}
         return {FAILURE_KEY: failure}, {}
 

@@ -2,25 +2,34 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv
+from envfleet.executors.base import (
+    ExecutorVectorEnv,
+    failure_error,
+    spaces_mismatch,
+)
 from envfleet.executors.group import EnvFailure, EnvGroup, Infos
 
 
+def check_spaces(pairs: Sequence[tuple[spaces.Space, spaces.Space]], first: int = 0) -> None:
+    """Envs ``first, first + 1, ..`` with these (observation, action) spaces must all have
+    env ``first``'s (batching needs one layout); raises ``SpacesMismatchError``."""
+    for k, pair in enumerate(pairs[1:], 1):
+        for what, theirs, mine in zip(("observation_space", "action_space"), pair, pairs[0],
+                                      strict=True):
+            if theirs != mine:
+                raise spaces_mismatch(first + k, what, theirs, first, mine)
+
+
 def check_same_spaces(envs: list[Any], first: int = 0) -> None:
-    """Every env must have env ``first``'s spaces (batching needs one layout)."""
-    for k, env in enumerate(envs[1:], 1):
-        for what in ("observation_space", "action_space"):
-            if getattr(env, what) != getattr(envs[0], what):
-                raise ValueError(
-                    f"env {first + k}'s {what} {getattr(env, what)} differs from env "
-                    f"{first}'s {getattr(envs[0], what)}: every env must have the same spaces"
-                )
+    """``check_spaces`` for envs ``first, first + 1, ..``."""
+    check_spaces([(env.observation_space, env.action_space) for env in envs], first)
 
 
 class SerialVectorEnv(ExecutorVectorEnv):
@@ -85,7 +94,6 @@ class SerialVectorEnv(ExecutorVectorEnv):
         self._group.close() if hasattr(self, "_group") else None
 
 
-def _error(failure: EnvFailure) -> EnvWorkerError:
-    return EnvWorkerError(
-        f"env {failure.index} raised {failure.error_type} in {failure.phase}(): "
-        f"{failure.error_text}", env_index=failure.index, worker_traceback=failure.traceback)
+def _error(failure: EnvFailure) -> Exception:
+    """The error a process executor would raise (chained to the env's own exception)."""
+    return failure_error(*failure.as_tuple())

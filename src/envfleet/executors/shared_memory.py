@@ -148,6 +148,19 @@ def copy_row(src: Any, dst: Any, rows: int | slice) -> None:
     assign_rows(dst, take_rows(src, rows), rows)
 
 
+def final_obs_info(value: Any, mask: np.ndarray) -> Any:
+    """``info["final_obs"]`` from the batched final observations ``value`` of the envs in
+    ``mask``: an array with the other rows zeroed; for Dict / Tuple observations, Gymnasium's
+    ``SyncVectorEnv`` layout (an object array: env i's own dict / tuple, None for the others),
+    so that ``final_obs[i]`` is env i's observation whatever the space."""
+    if isinstance(value, np.ndarray):
+        return masked_copy(value, mask)
+    out = np.full(len(mask), None, dtype=object)
+    for i in np.flatnonzero(mask).tolist():
+        out[i] = copy_batched(take_rows(value, i))
+    return out
+
+
 def masked_copy(value: Any, mask: np.ndarray) -> Any:
     """A copy of a batched value with the rows outside ``mask`` zeroed."""
     if isinstance(value, dict):
