@@ -236,8 +236,6 @@ def test_dead_or_hung_worker_during_recv_is_reported(fault) -> None:
         env.close()
 
 
-@pytest.mark.xfail(strict=True, reason="pool.py recv() builds final_obs with masked_copy: "
-                                       "use shared_memory.final_obs_info as step() does")
 def test_recv_final_obs_of_tuple_observations_is_indexable_per_env() -> None:
     """As ``step()``'s (and SyncVectorEnv's): ``final_obs[k]`` is the k-th returned env's."""
     from gymnasium.utils.env_checker import data_equivalence

@@ -166,18 +166,13 @@ MISMATCHES = [  # (factories, the env refused, which space)
     ([CountingEnv, TupleEnv, CountingEnv, CountingEnv], 1, "observation_space"),  # in a worker
     ([CountingEnv, functools.partial(CountingEnv, length=9), DictEnv], 2, "observation_space"),
 ]
-NEEDS_PROCESSES_CHANGE = pytest.mark.xfail(
-    strict=True, reason="processes.py compares the workers' spaces with its own ValueError")
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
 @pytest.mark.parametrize(("factories", "index", "what"), MISMATCHES)
-def test_different_spaces_raise_gymnasiums_error_on_every_backend(request, backend, factories,
-                                                                  index, what) -> None:
+def test_different_spaces_raise_gymnasiums_error_on_every_backend(backend, factories, index,
+                                                                  what) -> None:
     """SyncVectorEnv raises RuntimeError; every backend raises one error, worded alike."""
-    if backend == "subprocess" or (backend == "pool" and index != 1):  # (checked across
-        # workers: env `index` is the first of its worker)
-        request.applymarker(NEEDS_PROCESSES_CHANGE)
     with pytest.raises(RuntimeError):
         gym.vector.SyncVectorEnv(factories)
     expected = (f"env {index}'s {what} {getattr(factories[index](), what)} differs from env 0's "

@@ -81,12 +81,9 @@ class RemoteTraceback(Exception):
 
 
 def failure_error(index: int, phase: str, error_type: str, text: str,
-                  tb: str) -> EnvWorkerError | SpacesMismatchError:
+                  tb: str) -> EnvWorkerError:
     """The parent-side error for an exception raised by env ``index``'s ``phase`` (or for a
-    value it returned that ``executors.outputs`` refused). Envs of one worker with different
-    spaces raise what the serial executor raises."""
-    if phase == "make" and error_type == SpacesMismatchError.__name__:
-        return SpacesMismatchError(text)
+    value it returned that ``executors.outputs`` refused)."""
     message = (f"env {index}'s {phase}() {text}" if error_type == BadEnvOutput.__name__ else
                f"env {index} raised {error_type} in {phase}(): {text}")
     error = EnvWorkerError(message, env_index=index, worker_traceback=tb)

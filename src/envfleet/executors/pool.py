@@ -40,7 +40,7 @@ from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.group import FAILURE_KEY
 from envfleet.executors.processes import ProcessVectorEnv
-from envfleet.executors.shared_memory import assign_rows, masked_copy, take_rows
+from envfleet.executors.shared_memory import assign_rows, final_obs_info, take_rows
 from envfleet.machine import usable_cores
 
 #: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
@@ -243,7 +243,7 @@ class PoolVectorEnv(ProcessVectorEnv):
         infos: dict[str, Any] = {}
         ended = terminated | truncated
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
-            infos["final_obs"] = masked_copy(take_rows(self._final_obs, ids), ended)
+            infos["final_obs"] = final_obs_info(take_rows(self._final_obs, ids), ended)
             infos["_final_obs"] = ended
             final_info: dict[str, Any] = {}
             for k, e in enumerate(ids_list):

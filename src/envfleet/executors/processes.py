@@ -42,6 +42,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
 
@@ -242,14 +243,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._current = None  # set once the shared buffers exist; read by _fatal before that
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
-        obs_space, act_space, metadata, render_mode = cloudpickle.loads(hellos[0][1:])
-        for w in self._workers[1:]:
-            other = cloudpickle.loads(hellos[w.index][1:])
-            for what, mine, theirs in (("observation_space", obs_space, other[0]),
-                                       ("action_space", act_space, other[1])):
-                if mine != theirs:
-                    raise ValueError(f"env {w.start}'s {what} {theirs} differs from env 0's "
-                                     f"{mine}: every env must have the same spaces")
+        hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
+        obs_space, act_space, metadata, render_mode, _ = hellos[0]
+        check_spaces([pair for hello in hellos for pair in hello[4]])  # (as serial's check)
         layout = self._setup(obs_space, act_space, metadata, render_mode)
         if self.shared_memory:
             fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}

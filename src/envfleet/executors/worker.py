@@ -6,10 +6,11 @@ the batch buffers (shared memory) or keeps its own (pipe transport), then serves
 Protocol (``Connection.send_bytes`` on the worker's own pipe):
 
 - start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
-  render_mode))``; parent -> ``b"L" + pickle((layout, segment name or None, mode, row0,
-  restart_failed, fresh))``; worker -> ``b"k"`` (or, when ``fresh == "reset"``, the result of
-  resetting its envs). ``fresh`` is None at start-up; a worker started in place of a lost one
-  gets ``"pending"`` (NEXT_STEP: reset each env on its next step) or ``"reset"`` (SAME_STEP).
+  render_mode, [(observation_space, action_space) of each env]))``; parent -> ``b"L" +
+  pickle((layout, segment name or None, mode, row0, restart_failed, fresh))``; worker ->
+  ``b"k"`` (or, when ``fresh == "reset"``, the result of resetting its envs). ``fresh`` is
+  None at start-up; a worker started in place of a lost one gets ``"pending"`` (NEXT_STEP:
+  reset each env on its next step) or ``"reset"`` (SAME_STEP).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
   ``b"c"`` close; ``b"m" + cloudpickle((name, args, kwargs))`` call (or get) an attribute of
@@ -163,16 +164,11 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     envs.append(factory())
                 except Exception as error:
                     raise EnvFailure(first + k, "make", error) from error
-            from envfleet.executors.serial import check_same_spaces
-
-            try:
-                check_same_spaces(envs, first)
-            except ValueError as error:
-                raise EnvFailure(first, "make", error) from error
-            env = envs[0]
+            env = envs[0]  # (the parent checks that every env has the same spaces)
             conn.send_bytes(HELLO + cloudpickle.dumps((
                 env.observation_space, env.action_space, dict(getattr(env, "metadata", {})),
-                getattr(env, "render_mode", None))))
+                getattr(env, "render_mode", None),
+                [(e.observation_space, e.action_space) for e in envs])))
         except EnvFailure as failure:
             conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
             return
