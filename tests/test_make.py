@@ -8,6 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import envfleet
+import envfleet.memory
 
 
 def rollout(env, steps: int = 60, seed: int = 0) -> list[np.ndarray]:
@@ -182,3 +183,30 @@ def test_spaces_match_gymnasium() -> None:
     assert env.single_action_space == reference.action_space
     assert env.observation_space.shape == (5, 4)
     assert env.action_space == gym.spaces.MultiDiscrete([2] * 5)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_a_make_too_large_for_memory_is_refused_before_allocating(backend) -> None:
+    """10**9 CartPoles (~110 GiB of buffers) is an error naming the sizes, not the OOM killer."""
+    from envfleet.memory import available_host_memory, native_bytes
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    spec = envfleet.registry.NATIVE_ENVS["CartPole-v1"]
+    available = available_host_memory()
+    if available is None or available > native_bytes(spec, 10**9, backend):
+        pytest.skip("this machine has the memory (or does not say how much it has)")
+    with pytest.raises(envfleet.InsufficientMemoryError,
+                       match=r"num_envs=1000000000.*needs about .* GiB but only .* available"):
+        envfleet.make("CartPole-v1", 10**9, backend=backend)
+    env = envfleet.make("CartPole-v1", 1000, backend=backend)  # a normal size still works
+    assert env.reset(seed=0)[0].shape == (1000, 4)
+
+
+@pytest.mark.parametrize("backend", ["numba", "serial", "pool"])
+def test_make_compares_its_estimate_with_the_available_memory(backend, monkeypatch) -> None:
+    """With 1 MiB available, 10**5 envs (native buffers or executor envs) are refused."""
+    monkeypatch.setattr(envfleet.memory, "available_host_memory", lambda: 2**20)
+    with pytest.raises(MemoryError, match=r"num_envs=100000.* but only 1.0 MiB"):
+        envfleet.make("CartPole-v1", 10**5, backend=backend)
+    assert envfleet.make("CartPole-v1", 100, backend="numba").num_envs == 100
