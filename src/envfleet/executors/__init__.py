@@ -9,12 +9,13 @@
 Gymnasium id, one factory or a list of factories.
 """
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv
+from envfleet.executors.base import EnvAttributeError, EnvWorkerError, ExecutorVectorEnv
 from envfleet.executors.pool import PoolVectorEnv
 from envfleet.executors.serial import SerialVectorEnv
 from envfleet.executors.subprocess import SubprocessVectorEnv
 
 __all__ = [
+    "EnvAttributeError",
     "EnvWorkerError",
     "ExecutorVectorEnv",
     "PoolVectorEnv",

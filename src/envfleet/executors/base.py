@@ -59,12 +59,21 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.text.rstrip()}\n"""'
 
 
+class EnvAttributeError(EnvWorkerError, AttributeError):
+    """An env has no attribute by that name (``call`` / ``get_attr``): an ``AttributeError`` as
+    well, as Gymnasium's ``SyncVectorEnv`` raises, so that ``hasattr``-style checks (SB3's
+    ``VecEnv.has_attr``) see a missing attribute."""
+
+
 def failure_error(index: int, phase: str, error_type: str, text: str,
-                  tb: str) -> EnvWorkerError:
+                  tb: str | None) -> EnvWorkerError:
     """The parent-side error for an exception raised by env ``index``'s ``phase``."""
-    error = EnvWorkerError(f"env {index} raised {error_type} in {phase}(): {text}",
-                           env_index=index, worker_traceback=tb)
-    error.__cause__ = RemoteTraceback(tb)
+    cls = EnvAttributeError if error_type == "AttributeError" and phase == "call" \
+        else EnvWorkerError
+    error = cls(f"env {index} raised {error_type} in {phase}(): {text}",
+                env_index=index, worker_traceback=tb)
+    if tb is not None:
+        error.__cause__ = RemoteTraceback(tb)
     return error
 
 

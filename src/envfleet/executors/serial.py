@@ -8,7 +8,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv
+from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv, failure_error
 from envfleet.executors.group import EnvFailure, EnvGroup, Infos
 
 
@@ -86,6 +86,8 @@ class SerialVectorEnv(ExecutorVectorEnv):
 
 
 def _error(failure: EnvFailure) -> EnvWorkerError:
-    return EnvWorkerError(
-        f"env {failure.index} raised {failure.error_type} in {failure.phase}(): "
-        f"{failure.error_text}", env_index=failure.index, worker_traceback=failure.traceback)
+    """The error for ``failure`` (chained by the caller to the env's own exception)."""
+    error = failure_error(failure.index, failure.phase, failure.error_type, failure.error_text,
+                          None)
+    error.worker_traceback = failure.traceback
+    return error
