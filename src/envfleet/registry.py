@@ -246,7 +246,7 @@ def _make_executor(env: Any, num_envs: int, backend: str, *,
     _check_num_envs(num_envs)
     mode = parse_autoreset_mode(autoreset_mode)
     if seed is not None:
-        check_seed(seed)
+        check_seed(seed, count=num_envs)
     if max_episode_steps is not None:
         _check_max_steps(max_episode_steps)
     path, option_names = EXECUTOR_BACKENDS[backend]

@@ -80,7 +80,7 @@ def failure_error(index: int, phase: str, error_type: str, text: str,
 def env_seeds(seed: int | Sequence[int | None], num_envs: int) -> list[int | None]:
     """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one per env (None: none)."""
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        base = check_seed(seed)
+        base = check_seed(seed, count=num_envs)
         return [base + i for i in range(num_envs)]
     if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str):
         raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
