@@ -4,8 +4,9 @@ SB3 resets an env in the step its episode ends and hands the final observation o
 ``infos[i]["terminal_observation"]``: Gymnasium's SAME_STEP autoreset mode. So the facade needs
 the vector env in that mode (``envfleet.make(..., autoreset_mode="SameStep")``), or builds it
 itself from what ``envfleet.make`` takes: ``to_sb3("CartPole-v1", 8, seed=0)``. It relies only
-on Gymnasium's public vector API (plus ``call`` / ``get_attr`` / ``set_attr`` where the env has
-them), so it serves every envfleet backend, native or executor, and any Gymnasium vector env.
+on Gymnasium's public vector API (plus ``call`` / ``get_attr`` / ``set_attr``, or the sub-envs
+themselves in ``env.envs``, where the env has them), so it serves every envfleet backend, native
+or executor, and any Gymnasium vector env.
 
     model = PPO("MlpPolicy", to_sb3("CartPole-v1", 8, seed=0))
 """
