@@ -8,6 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import envfleet
+import envfleet.memory
 
 
 def rollout(env, steps: int = 60, seed: int = 0) -> list[np.ndarray]:
@@ -108,7 +109,7 @@ def test_thread_count_does_not_change_trajectories() -> None:
         (np.zeros(4, dtype=bool), "must be integers"),
         (np.array([0, 1, 2, 0]), "env 2: 2 is not in Discrete"),
         (np.array([0, -1, 0, 0]), "env 1: -1 is not in Discrete"),
-        (np.array([0, 0, 0, 2**64 - 1], dtype=np.uint64), "env 3"),
+        (np.array([0, 0, 0, 2**64 - 1], dtype=np.uint64), "env 3: 18446744073709551615 is not"),
         (np.array([0, 0, 0, np.nan]), "must be integers"),
     ],
 )
@@ -124,6 +125,43 @@ def test_bad_actions_are_refused_and_nothing_moves(actions, message) -> None:
     obs, *_ = env.step([1, 0, 1, 0])  # lists and other int dtypes are fine
     env.step(np.array([1, 0, 1, 0], dtype=np.uint8))
     assert obs.shape == (4, 4)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch", "cuda", "serial"])
+def test_a_uint64_action_is_reported_with_its_real_value(backend) -> None:
+    """Not as the int64 it wraps to ("-1"): the value the caller gave, as Gymnasium prints it."""
+    if envfleet.registry.backend_status(backend) is not None:
+        pytest.skip(envfleet.registry.backend_status(backend))
+    env = envfleet.make("CartPole-v1", 4, backend=backend)
+    env.reset(seed=0)
+    for value, index in ((2**64 - 1, 3), (2**63, 1)):
+        actions = np.zeros(4, dtype=np.uint64)
+        actions[index] = value
+        with pytest.raises(ValueError, match=f"env {index}: {value} is not in Discrete"):
+            env.step(actions)
+    env.step(np.array([0, 1, 1, 0], dtype=np.uint64))  # in-range uint64 actions still step
+    env.close()
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch", "serial"])
+def test_seeds_must_fit_in_uint64_as_an_int_or_in_a_list(backend) -> None:
+    """2**64 is refused (not aliased to 0), the same way alone or in a list; so is an int seed
+    whose last env (seed + num_envs - 1) would pass 2**64 - 1."""
+    if envfleet.registry.backend_status(backend) is not None:
+        pytest.skip(envfleet.registry.backend_status(backend))
+    env = envfleet.make("CartPole-v1", 2, backend=backend)
+    for seed in (2**64, [0, 2**64], np.array([2**64, 0], dtype=object)):
+        with pytest.raises(ValueError, match=r"must be below 2\*\*64 \(seeds are uint64\), "
+                                             r"got 18446744073709551616"):
+            env.reset(seed=seed)
+    with pytest.raises(ValueError, match=r"passes 2\*\*64 - 1 .* num_envs=2"):
+        env.reset(seed=2**64 - 1)
+    with pytest.raises(ValueError, match=r"passes 2\*\*64 - 1 .* num_envs=2"):
+        envfleet.make("CartPole-v1", 2, backend=backend, seed=2**64 - 1)
+    obs, _ = env.reset(seed=2**64 - 2)  # the largest that fits: env 1 gets 2**64 - 1
+    one, _ = envfleet.make("CartPole-v1", 1, backend=backend).reset(seed=2**64 - 1)
+    np.testing.assert_array_equal(obs[1], one[0])
+    env.close()
 
 
 def test_step_before_reset_and_after_close() -> None:
@@ -182,3 +220,30 @@ def test_spaces_match_gymnasium() -> None:
     assert env.single_action_space == reference.action_space
     assert env.observation_space.shape == (5, 4)
     assert env.action_space == gym.spaces.MultiDiscrete([2] * 5)
+
+
+@pytest.mark.parametrize("backend", ["numba", "torch"])
+def test_a_make_too_large_for_memory_is_refused_before_allocating(backend) -> None:
+    """10**9 CartPoles (~110 GiB of buffers) is an error naming the sizes, not the OOM killer."""
+    from envfleet.memory import available_host_memory, native_bytes
+
+    if backend == "torch":
+        pytest.importorskip("torch")
+    spec = envfleet.registry.NATIVE_ENVS["CartPole-v1"]
+    available = available_host_memory()
+    if available is None or available > native_bytes(spec, 10**9, backend):
+        pytest.skip("this machine has the memory (or does not say how much it has)")
+    with pytest.raises(envfleet.InsufficientMemoryError,
+                       match=r"num_envs=1000000000.*needs about .* GiB but only .* available"):
+        envfleet.make("CartPole-v1", 10**9, backend=backend)
+    env = envfleet.make("CartPole-v1", 1000, backend=backend)  # a normal size still works
+    assert env.reset(seed=0)[0].shape == (1000, 4)
+
+
+@pytest.mark.parametrize("backend", ["numba", "serial", "pool"])
+def test_make_compares_its_estimate_with_the_available_memory(backend, monkeypatch) -> None:
+    """With 1 MiB available, 10**5 envs (native buffers or executor envs) are refused."""
+    monkeypatch.setattr(envfleet.memory, "available_host_memory", lambda: 2**20)
+    with pytest.raises(MemoryError, match=r"num_envs=100000.* but only 1.0 MiB"):
+        envfleet.make("CartPole-v1", 10**5, backend=backend)
+    assert envfleet.make("CartPole-v1", 100, backend="numba").num_envs == 100

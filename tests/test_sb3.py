@@ -5,6 +5,7 @@ DQN smoke runs; seeds, options, attributes, action masks; bad input."""
 
 from __future__ import annotations
 
+import warnings
 from contextlib import closing
 from typing import ClassVar
 
@@ -226,9 +227,6 @@ def test_options_reach_the_envs_reset_once() -> None:
     vec.set_options({"low": -0.001, "high": 0.001})  # Gymnasium CartPole's reset bounds
     assert np.abs(vec.reset()).max() <= 0.001
     assert np.abs(vec.reset()).max() > 0.001  # options are used once, as in SB3
-    vec.set_options([{"low": -0.1}, {}, {}])
-    with pytest.raises(ValueError, match="one options dict"):
-        vec.reset()
     vec.close()
     native = to_sb3("CartPole-v1", 2)
     native.set_options({"bogus": 1})
@@ -381,3 +379,199 @@ def test_bad_actions_are_refused_by_the_env() -> None:
     # a refused step moved nothing; a plain list of actions works too
     assert np.array_equal(vec.step([0, 1, 1, 0])[0], ref.step(np.array([0, 1, 1, 0]))[0])
     vec.close()
+
+
+# --- SB3's own vec-env tests (stable-baselines3 tests/test_vec_envs.py), run on the facade ----
+
+
+class CustomGymEnv(gym.Env):
+    """SB3's test env (test_vec_envs.py): random obs in ``space``, 4-step episodes, a frame."""
+
+    metadata: ClassVar[dict] = {"render_modes": ["rgb_array"]}
+
+    def __init__(self, space: gym.Space, render_mode: str = "rgb_array") -> None:
+        self.action_space = space
+        self.observation_space = space
+        self.current_step = 0
+        self.ep_length = 4
+        self.render_mode = render_mode
+        self.current_options: dict | None = None
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.current_step = 0
+        self.current_options = options
+        self.state = self.observation_space.sample()
+        return self.state, {}
+
+    def step(self, action):
+        assert self.action_space.contains(action), action
+        self.state = self.observation_space.sample()
+        self.current_step += 1
+        return self.state, 0.5, False, self.current_step >= self.ep_length, {}
+
+    def render(self):
+        return np.full((4, 4, 3), self.current_step, dtype=np.uint8)
+
+    @staticmethod
+    def custom_method(dim_0: int = 1, dim_1: int = 1) -> np.ndarray:
+        return np.ones((dim_0, dim_1))
+
+
+def box_env() -> gym.Env:
+    return CustomGymEnv(gym.spaces.Box(low=np.zeros(2), high=np.ones(2)))
+
+
+def monitored_box_env() -> gym.Env:
+    return Monitor(box_env())
+
+
+#: the facade over each executor, and SB3's own DummyVecEnv (the reference)
+SOURCES = ["dummy", "gymnasium-sync", "serial", "subprocess", "pool"]
+IN_PROCESS = ("dummy", "gymnasium-sync", "serial")
+
+
+def vec_env_of(source: str, factories: list) -> VecEnv:
+    if source == "dummy":
+        return DummyVecEnv(factories)
+    if source == "gymnasium-sync":
+        return to_sb3(SyncVectorEnv(factories, autoreset_mode=SAME_STEP))
+    options = {"num_workers": 2} if source == "pool" else {}
+    return to_sb3(factories, len(factories), backend=source, **options)
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_sb3_custom_calls(source: str) -> None:
+    """SB3's test_vecenv_custom_calls: attributes, methods, indices, per-env options, render.
+    Envs in other processes cannot run a method or set a new attribute on some envs only
+    (Gymnasium's call/set_attr act on every env): that is refused, never done on the others."""
+    n = 3
+    with closing(vec_env_of(source, [monitored_box_env] * n)) as vec:
+        vec.seed(0)
+        frame = vec.render(mode="rgb_array")
+        assert np.array_equal(vec.render(), frame) and frame.shape[-1] == 3
+        with pytest.warns(UserWarning):
+            vec.render(mode="something_else")
+        assert not vec.has_attr("dummy")
+        vec.set_attr("dummy", 12)
+        assert vec.get_attr("dummy") == [12] * n
+        assert not vec.has_attr("dummy2")
+        vec.env_method("set_wrapper_attr", "dummy2", 2)
+        assert vec.get_attr("dummy2") == [2] * n
+        results = vec.env_method("custom_method", 1, indices=None, dim_1=2)
+        assert all(np.array_equal(r, np.ones((1, 2))) for r in results) and len(results) == n
+        if source in IN_PROCESS:
+            for i in range(n):  # a new attribute, one env at a time
+                assert vec.set_attr("dummy1", i, indices=i) is None
+        else:
+            with pytest.raises(AttributeError, match="new attribute 'dummy1'"):
+                vec.set_attr("dummy1", 0, indices=0)
+            assert not vec.has_attr("dummy1")  # refused: set on no env
+            vec.set_attr("dummy1", 0)
+            for i in range(n):  # an existing attribute, one env at a time
+                vec.set_attr("dummy1", i, indices=i)
+        assert vec.has_attr("dummy1") and vec.get_attr("dummy1") == [0, 1, 2]
+        assert vec.get_attr("dummy1", indices=[2, 0]) == [2, 0]
+        vec.set_attr("dummy1", 42, indices=None)
+        assert vec.get_attr("dummy1") == [42] * n
+        vec.reset()
+        if source in IN_PROCESS:
+            subset = vec.env_method("custom_method", 1, indices=[0, 2], dim_1=3)
+            assert len(subset) == 2 and all(np.array_equal(r, np.ones((1, 3))) for r in subset)
+            assert vec.env_method("set_wrapper_attr", "current_step", 12, indices=[0, -1]) \
+                == [True, True]
+            assert vec.get_attr("current_step") == [12, 0, 12]  # env 1 untouched
+        else:
+            with pytest.raises(NotImplementedError, match=r"env\(s\) \[0, 2\] only"):
+                vec.env_method("set_wrapper_attr", "current_step", 12, indices=[0, -1])
+            assert vec.get_attr("current_step") == [0, 0, 0]  # refused: no env touched
+        # options: used at the next reset only; one dict for all, or one per env
+        assert vec.get_attr("current_options")[0] is None
+        vec.set_options({"hello": 1})
+        vec.reset()
+        assert vec.get_attr("current_options") == [{"hello": 1}] * n
+        vec.reset()
+        assert vec.get_attr("current_options")[0] is None
+        options = [{"other_option": 2}, {"hello": 1}, {"hello": 1}]
+        vec.set_options(options)
+        vec.reset()
+        assert vec.get_attr("current_options") == options
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_has_attr_of_a_missing_attribute_is_false(source: str) -> None:
+    """sb3-contrib's MaskablePPO asks has_attr("action_masks"): False, not an error."""
+    with closing(vec_env_of(source, [box_env] * 2)) as vec:
+        assert not vec.has_attr("action_masks")
+        assert vec.has_attr("custom_method") and vec.has_attr("current_step")
+    native = to_sb3("CartPole-v1", 2)
+    assert not native.has_attr("action_masks") and native.has_attr("backend")
+    native.close()
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_env_is_wrapped_answers_per_env(source: str) -> None:
+    """SB3's test_vec_env_is_wrapped: one env with a Monitor, one without; evaluate_policy
+    then uses the Monitor's episode returns without warning."""
+    with closing(vec_env_of(source, [box_env, monitored_box_env])) as vec:
+        assert vec.env_is_wrapped(Monitor) == [False, True]
+        assert vec.env_is_wrapped(Monitor, indices=[1]) == [True]
+        assert VecFrameStack(vec, n_stack=2).env_is_wrapped(Monitor) == [False, True]
+        assert vec.env_is_wrapped(gym.wrappers.TimeLimit) == [False, False]
+    with closing(vec_env_of(source, [monitored_box_env] * 2)) as vec:
+        model = PPO("MlpPolicy", vec, n_steps=16, batch_size=16, seed=0)
+        with warnings.catch_warnings():
+            warnings.simplefilter("error")  # "not wrapped with a Monitor" would be a warning
+            mean, _ = evaluate_policy(model, vec, n_eval_episodes=2)
+        assert mean == pytest.approx(2.0)  # 4 steps of 0.5
+
+
+@pytest.mark.parametrize("source", SOURCES)
+@pytest.mark.parametrize("kind", ["dict", "tuple"])
+def test_dict_and_tuple_spaces_as_sb3_gives_them(source: str, kind: str) -> None:
+    """SB3's test_vecenv_dict_spaces / test_vecenv_tuple_spaces: one action per env, as a list
+    of dicts or tuples (how SB3 gives them), batched for the vector env."""
+    leaves = {
+        "discrete": gym.spaces.Discrete(2),
+        "multidiscrete": gym.spaces.MultiDiscrete([2, 3]),
+        "multibinary": gym.spaces.MultiBinary(3),
+        "continuous": gym.spaces.Box(np.zeros(2, np.float32), np.ones(2, np.float32)),
+    }
+    space = gym.spaces.Dict(leaves) if kind == "dict" else gym.spaces.Tuple(leaves.values())
+    n = 3
+    with closing(vec_env_of(source, [lambda: CustomGymEnv(space)] * n)) as vec:
+        obs = vec.reset()
+        dones = np.zeros(n, dtype=bool)
+        steps = 0
+        while not dones.any():
+            actions = [vec.action_space.sample() for _ in range(n)]
+            obs, _, dones, _ = vec.step(actions)
+            columns = [obs[k] for k in leaves] if kind == "dict" else obs
+            for column, sub_space in zip(columns, leaves.values(), strict=True):
+                assert len(column) == n and all(sub_space.contains(v) for v in column)
+            steps += 1
+        assert steps == 4
+
+
+@pytest.mark.parametrize("source", SOURCES)
+def test_get_images_gives_each_envs_frame(source: str) -> None:
+    with closing(vec_env_of(source, [box_env] * 2)) as vec:
+        vec.reset()
+        vec.env_method("set_wrapper_attr", "current_step", 7) if source in IN_PROCESS else \
+            vec.set_attr("current_step", 7)
+        frames = vec.get_images()
+        assert len(frames) == 2 and all(np.array_equal(f, np.full((4, 4, 3), 7)) for f in frames)
+
+
+def test_import_error_names_the_extra() -> None:
+    """Without SB3 installed, importing envfleet.sb3 says which extra to install."""
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['stable_baselines3'] = None\n"
+            "try:\n    import envfleet.sb3\nexcept ImportError as e:\n    print(e)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                         check=True).stdout
+    assert 'pip install "envfleet[sb3]"' in out

@@ -6,6 +6,7 @@
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import EnvWorkerError
+from envfleet.memory import InsufficientMemoryError
 from envfleet.registry import (
     BackendUnavailableError,
     UnknownEnvError,
@@ -20,6 +21,7 @@ __all__ = [
     "AutoresetMode",
     "BackendUnavailableError",
     "EnvWorkerError",
+    "InsufficientMemoryError",
     "UnknownEnvError",
     "available_backends",
     "list_envs",

@@ -19,6 +19,7 @@ import gymnasium
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envfleet.chess import env as chess_env
+from envfleet.memory import check_executor_memory, check_native_memory
 from envfleet.native import cartpole
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.spec import NativeEnvSpec
@@ -212,6 +213,7 @@ def make(
     if max_episode_steps is None:
         max_episode_steps = (spec.default_max_steps(params) if spec.default_max_steps
                              else spec.max_episode_steps)
+    check_native_memory(spec, num_envs, backend, options)
     module, cls = engine_path.split(":")
     engine_cls = getattr(importlib.import_module(module), cls)
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
@@ -244,11 +246,12 @@ def _make_executor(env: Any, num_envs: int, backend: str, *,
     _check_num_envs(num_envs)
     mode = parse_autoreset_mode(autoreset_mode)
     if seed is not None:
-        check_seed(seed)
+        check_seed(seed, count=num_envs)
     if max_episode_steps is not None:
         _check_max_steps(max_episode_steps)
     path, option_names = EXECUTOR_BACKENDS[backend]
     options = _backend_options(env_kwargs, option_names, backend)
+    check_executor_memory(num_envs, backend)
     if isinstance(env, str):
         spec = _gym_spec(env)
         if max_episode_steps is not None:

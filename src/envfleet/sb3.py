@@ -4,8 +4,9 @@ SB3 resets an env in the step its episode ends and hands the final observation o
 ``infos[i]["terminal_observation"]``: Gymnasium's SAME_STEP autoreset mode. So the facade needs
 the vector env in that mode (``envfleet.make(..., autoreset_mode="SameStep")``), or builds it
 itself from what ``envfleet.make`` takes: ``to_sb3("CartPole-v1", 8, seed=0)``. It relies only
-on Gymnasium's public vector API (plus ``call`` / ``get_attr`` / ``set_attr`` where the env has
-them), so it serves every envfleet backend, native or executor, and any Gymnasium vector env.
+on Gymnasium's public vector API (plus ``call`` / ``get_attr`` / ``set_attr``, or the sub-envs
+themselves in ``env.envs``, where the env has them), so it serves every envfleet backend, native
+or executor, and any Gymnasium vector env.
 
     model = PPO("MlpPolicy", to_sb3("CartPole-v1", 8, seed=0))
 """
@@ -13,6 +14,7 @@ them), so it serves every envfleet backend, native or executor, and any Gymnasiu
 from __future__ import annotations
 
 import functools
+import re
 import sys
 import warnings
 from collections.abc import Sequence
@@ -20,11 +22,14 @@ from typing import Any
 
 import gymnasium as gym
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector.utils import concatenate, create_empty_array
 
 from envfleet.native.vector_env import parse_autoreset_mode
 
 try:
+    from stable_baselines3.common.env_util import is_wrapped
     from stable_baselines3.common.vec_env import VecEnv
     from stable_baselines3.common.vec_env.base_vec_env import (
         VecEnvIndices,
@@ -33,7 +38,7 @@ try:
     )
 except ImportError as error:  # pragma: no cover - depends on the install
     raise ImportError(
-        "envfleet.sb3 needs Stable-Baselines3: pip install stable-baselines3"
+        'envfleet.sb3 needs Stable-Baselines3: pip install "envfleet[sb3]"'
     ) from error
 
 __all__ = ["SB3VecEnv", "to_sb3"]
@@ -93,17 +98,43 @@ class SB3VecEnv(VecEnv):
 
     def reset(self) -> VecEnvObs:
         """Reset every env with the seeds from ``seed()`` and the options from ``set_options()``
-        (both used once, as in SB3); return the observations only."""
-        obs, info = self.vector_env.reset(seed=self._batch_seed(), options=self._batch_options())
+        (both used once, as in SB3); return the observations only.
+
+        A vector env's reset takes one options dict for the envs it resets: when envs were given
+        different options, every env is reset with the first env's, then each other group of
+        envs with its own (``reset_mask``) and the same seeds."""
+        seed = self._batch_seed()
+        self.reset_infos = [{} for _ in range(self.num_envs)]
+        for k, (options, rows) in enumerate(self._option_groups()):
+            options = dict(options or {})
+            if k > 0:
+                mask = np.zeros(self.num_envs, dtype=bool)
+                mask[rows] = True
+                options["reset_mask"] = mask
+            obs, info = self.vector_env.reset(seed=seed, options=options or None)
+            info = _to_numpy(info)
+            for i, env_info in _unbatch(info, self.num_envs, rows=rows).items():
+                self.reset_infos[i] = env_info
+            self._keep_action_masks(info)
         self._reset_seeds()
         self._reset_options()
-        info = _to_numpy(info)
-        self.reset_infos = _unbatch(info, self.num_envs)
-        self._keep_action_masks(info)
         return _to_numpy(obs, copy=True)
 
     def step_async(self, actions: np.ndarray) -> None:
-        self._actions = actions if hasattr(actions, "shape") else np.asarray(actions)
+        """Take one action per env: a batch, or (as SB3 passes Dict and Tuple actions, and as
+        DummyVecEnv indexes them) a list with one action per env, batched here."""
+        if hasattr(actions, "shape"):
+            self._actions = actions
+        elif isinstance(self.action_space, spaces.Dict | spaces.Tuple) and \
+                not isinstance(actions, dict | tuple):
+            rows = list(actions)
+            if len(rows) != self.num_envs:
+                raise ValueError(f"step needs one action per env (num_envs={self.num_envs}), "
+                                 f"got {len(rows)}")
+            batch = create_empty_array(self.action_space, self.num_envs)
+            self._actions = concatenate(self.action_space, rows, batch)
+        else:
+            self._actions = actions if isinstance(actions, dict | tuple) else np.asarray(actions)
 
     def step_wait(self) -> VecEnvStepReturn:
         if self._actions is None:
@@ -170,16 +201,21 @@ class SB3VecEnv(VecEnv):
         return self._action_masks[i]
 
     # -- attributes and methods ------------------------------------------------------------
-    # A vector env that offers Gymnasium's per-sub-env call / get_attr / set_attr (as Sync- and
-    # AsyncVectorEnv do) answers per env through them. Any other (a native batch env) is one
-    # object for all its envs: its attributes and methods are the batch's, the same for every
-    # index.
+    # Three kinds of vector env. Sub-envs in this process (Gymnasium's SyncVectorEnv, envfleet's
+    # serial executor: ``env.envs``) are served as SB3's DummyVecEnv serves its envs. Sub-envs
+    # in other processes (pool, subprocess, AsyncVectorEnv) are reached through Gymnasium's
+    # ``call`` / ``get_attr`` / ``set_attr``, which act on every env: what needs some envs only
+    # and cannot be done that way is refused, never done on the others. Any other vector env
+    # (a native batch) is one object for all its envs: its attributes are the batch's.
 
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """The attribute of each env in ``indices``."""
         rows = self._rows(indices)
         if attr_name == "action_masks" and self._action_masks is not None:
             return [functools.partial(self._action_mask_row, i) for i in rows]
+        envs = self._local_envs()
+        if envs is not None:
+            return [envs[i].get_wrapper_attr(attr_name) for i in rows]
         sub_envs = self._sub_envs()
         if sub_envs is not None:
             values = sub_envs.get_attr(attr_name)
@@ -187,18 +223,42 @@ class SB3VecEnv(VecEnv):
         value = getattr(self._batch_owner(attr_name), attr_name)
         return [value for _ in rows]
 
+    def has_attr(self, attr_name: str) -> bool:
+        """Whether every env has ``attr_name`` (without calling it, as ``get_attr`` of a method
+        through Gymnasium's ``get_attr`` would)."""
+        sub_envs = None if self._local_envs() is not None else self._sub_envs()
+        if sub_envs is not None:
+            try:
+                return all(sub_envs.call("has_wrapper_attr", attr_name))
+            except AttributeError:  # sub-envs that are not gymnasium.Env
+                pass
+        return super().has_attr(attr_name)
+
     def set_attr(self, attr_name: str, value: Any, indices: VecEnvIndices = None) -> None:
         """Set the attribute of each env in ``indices`` to ``value``."""
         rows = self._rows(indices)
+        envs = self._local_envs()
+        if envs is not None:
+            for i in rows:
+                envs[i].set_wrapper_attr(attr_name, value)
+            return
         sub_envs = self._sub_envs()
         if sub_envs is not None:
             if set(rows) == set(range(self.num_envs)):
                 sub_envs.set_attr(attr_name, [value] * self.num_envs)
-            else:  # Gymnasium's set_attr takes every env's value: keep the others' own
+                return
+            # Gymnasium's set_attr takes every env's value: the others keep their own
+            try:
                 values = list(sub_envs.get_attr(attr_name))
-                for i in rows:
-                    values[i] = value
-                sub_envs.set_attr(attr_name, values)
+            except AttributeError:
+                raise AttributeError(
+                    f"cannot set the new attribute {attr_name!r} on env(s) {rows} only: "
+                    f"{self.vector_env!r} sets attributes on every env (Gymnasium's set_attr); "
+                    "use indices=None, or the serial backend"
+                ) from None
+            for i in rows:
+                values[i] = value
+            sub_envs.set_attr(attr_name, values)
             return
         self._require_whole_batch(rows, f"set attribute {attr_name!r}")
         try:
@@ -211,14 +271,23 @@ class SB3VecEnv(VecEnv):
         self, method_name: str, *method_args: Any, indices: VecEnvIndices = None,
         **method_kwargs: Any,
     ) -> list[Any]:
-        """Call a method of each env in ``indices``; ``action_masks`` comes from the last
-        ``info["action_mask"]``. With sub-envs, Gymnasium's ``call`` runs the method on every
-        sub-env (it takes no indices) and the results of ``indices`` are returned."""
+        """Call a method of each env in ``indices`` (only those); ``action_masks`` comes from
+        the last ``info["action_mask"]``."""
         rows = self._rows(indices)
         if method_name == "action_masks" and self._action_masks is not None:
             return [self._action_masks[i] for i in rows]
+        envs = self._local_envs()
+        if envs is not None:
+            return [envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs)
+                    for i in rows]
         sub_envs = self._sub_envs()
         if sub_envs is not None:
+            if set(rows) != set(range(self.num_envs)):
+                raise NotImplementedError(
+                    f"cannot call {method_name!r} on env(s) {rows} only: {self.vector_env!r} "
+                    "calls methods on every env (Gymnasium's call takes no indices); use "
+                    "indices=None, or the serial backend"
+                )
             results = sub_envs.call(method_name, *method_args, **method_kwargs)
             return [results[i] for i in rows]
         method = getattr(self._batch_owner(method_name), method_name)
@@ -229,11 +298,24 @@ class SB3VecEnv(VecEnv):
     def env_is_wrapped(
         self, wrapper_class: type[gym.Wrapper], indices: VecEnvIndices = None
     ) -> list[bool]:
-        """False for every env: no Gymnasium wrapper is visible through the vector API (native
-        envs have none)."""
-        return [False for _ in self._rows(indices)]
+        """Whether each env in ``indices`` is wrapped in ``wrapper_class`` (SB3's
+        ``evaluate_policy`` asks about ``Monitor``). Envs in other processes are asked for
+        their wrapper chain as Gymnasium prints it (``<Monitor<TimeLimit<...>>>``): a wrapper
+        counts when its class name is ``wrapper_class``'s or a subclass's. Native envs have no
+        wrappers."""
+        rows = self._rows(indices)
+        envs = self._local_envs()
+        if envs is not None:
+            return [is_wrapped(envs[i], wrapper_class) for i in rows]
+        sub_envs = self._sub_envs()
+        if sub_envs is None:
+            return [False for _ in rows]
+        names = {c.__name__ for c in _subclasses(wrapper_class)}
+        chains = sub_envs.call("__str__")
+        return [bool(names & set(_WRAPPER_NAME.findall(chains[i]))) for i in rows]
 
     def get_images(self) -> Sequence[np.ndarray | None]:
+        """Each env's frame (``render_mode="rgb_array"``), as DummyVecEnv's ``get_images``."""
         if self.render_mode != "rgb_array":
             warnings.warn(
                 f"The render mode is {self.render_mode}, but this method assumes it is "
@@ -241,6 +323,12 @@ class SB3VecEnv(VecEnv):
                 stacklevel=2,
             )
             return [None for _ in range(self.num_envs)]
+        envs = self._local_envs()
+        if envs is not None:
+            return [env.render() for env in envs]
+        sub_envs = self._sub_envs()
+        if sub_envs is not None:
+            return list(sub_envs.call("render"))
         return list(self.vector_env.render())
 
     def close(self) -> None:
@@ -258,6 +346,14 @@ class SB3VecEnv(VecEnv):
             if not -self.num_envs <= i < self.num_envs:
                 raise IndexError(f"env index {i} out of range for num_envs={self.num_envs}")
         return [i % self.num_envs for i in rows]
+
+    def _local_envs(self) -> list[gym.Env] | None:
+        """The sub-envs themselves when they live in this process (``env.envs``), else None."""
+        envs = getattr(self.vector_env.unwrapped, "envs", None)
+        if isinstance(envs, list | tuple) and len(envs) == self.num_envs and \
+                all(isinstance(e, gym.Env) for e in envs):
+            return list(envs)
+        return None
 
     def _sub_envs(self) -> Any:
         """The outermost of env / env.unwrapped with Gymnasium's per-sub-env protocol, or None."""
@@ -290,15 +386,19 @@ class SB3VecEnv(VecEnv):
             return int(first)
         return list(seeds)
 
-    def _batch_options(self) -> dict[str, Any] | None:
-        """SB3's per-env options as the one options dict a vector env's reset takes."""
-        first = self._options[0]
-        if any(not _same(o, first) for o in self._options[1:]):
-            raise ValueError(
-                "set_options() gave the envs different reset options, but a vector env takes "
-                "one options dict for all its envs: call set_options(options_dict)"
-            )
-        return dict(first) if first else None
+    def _option_groups(self) -> list[tuple[dict[str, Any] | None, list[int]]]:
+        """SB3's per-env options as (options, env rows) groups, one per distinct options dict
+        (in order of first appearance; one group when every env has the same options)."""
+        groups: list[tuple[dict[str, Any] | None, list[int]]] = []
+        for i, options in enumerate(self._options):
+            options = options or None
+            for group_options, rows in groups:
+                if _same(group_options, options):
+                    rows.append(i)
+                    break
+            else:
+                groups.append((options, [i]))
+        return groups
 
 
 def _check_vector_env(env: Any) -> None:
@@ -326,7 +426,19 @@ def _check_vector_env(env: Any) -> None:
         )
 
 
-def _same(a: dict[str, Any], b: dict[str, Any]) -> bool:
+#: a class name in Gymnasium's printed wrapper chain, ``<Monitor<TimeLimit<CartPoleEnv<...>>>>``
+_WRAPPER_NAME = re.compile(r"<([A-Za-z_]\w*)")
+
+
+def _subclasses(cls: type) -> list[type]:
+    """``cls`` and every subclass of it defined so far."""
+    found = [cls]
+    for sub in cls.__subclasses__():
+        found += _subclasses(sub)
+    return found
+
+
+def _same(a: dict[str, Any] | None, b: dict[str, Any] | None) -> bool:
     if a is b:
         return True
     try:

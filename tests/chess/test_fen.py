@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import numpy as np
 import pytest
 
 import envfleet
@@ -73,6 +74,9 @@ def test_env_fen_matches_python_chess(env, given, reason):
     ("7k/5Q2/6K1/8/8/8/8/8 b - - 0 1", "already over"),
     ("8/8/8/8/8/8/8/K6k w - - 0 1", "insufficient"),
     ("4k3/8/8/8/8/8/8/R3K3 w - - 100 80", "half-move clock"),
+    ("4k3/8/8/8/8/8/8/R3K3 w - - 2147483648 80", "half-move clock 2147483648 is too large"),
+    ("4k3/8/8/8/8/8/8/R3K3 w - - 0 2147483648", "full-move number 2147483648 is too large"),
+    ("4k3/8/8/8/8/8/8/R3K3 w - - 0 99999999999999999999", "full-move number .* too large"),
 ])
 def test_bad_fens_are_refused_and_change_nothing(env, fen, message):
     env.reset(seed=1)
@@ -86,6 +90,22 @@ def test_bad_fens_are_refused_and_change_nothing(env, fen, message):
     assert "board 2" in str(info.value)
     assert [env.fen(i) for i in range(4)] == before
     env.step(env.random_legal_actions())  # still working
+
+
+def test_the_largest_full_move_number_counts_on_as_python_chess(env):
+    """Clocks up to MAX_CLOCK load and count on without wrapping (int32 columns); larger ones
+    are refused by name everywhere a FEN is read (perft too), not a raw OverflowError."""
+    from envfleet.chess.env import perft
+    from envfleet.chess.fen import MAX_CLOCK
+
+    fen = f"4k3/8/8/8/8/8/8/R3K3 b - - 7 {MAX_CLOCK}"
+    env.reset(options={"fen": [fen] * 4})
+    board = chess.Board(fen)
+    board.push_uci("e8d7")
+    env.step(np.array([env.uci_to_action(0, "e8d7")] * 4))
+    assert env.fen(0) == board.fen()
+    with pytest.raises(ValueError, match="full-move number 2147483648 is too large"):
+        perft(f"4k3/8/8/8/8/8/8/R3K3 b - - 7 {2**31}", 1)
 
 
 def test_fen_option_shapes(env):

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import functools
 
+import gymnasium as gym
 import numpy as np
 import pytest
 
@@ -65,6 +66,23 @@ def test_a_failing_call_names_the_env_and_the_envs_keep_working(backend) -> None
     assert caught.value.env_index == 0
     obs, *_ = env.step(np.zeros(N, dtype=np.int64))  # no reset needed: nothing moved
     assert (obs[:, 3] == 1).all()
+    env.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_missing_attribute_is_an_attribute_error_as_in_sync(backend) -> None:
+    """SyncVectorEnv raises AttributeError for a missing attribute (hasattr-style checks such
+    as SB3's VecEnv.has_attr rely on it); so does every executor, still naming the env."""
+    factories = [functools.partial(CountingEnv, index=i) for i in range(N)]
+    with pytest.raises(AttributeError):
+        gym.vector.SyncVectorEnv(factories).get_attr("no_such_attribute")
+    env = counting(backend)
+    env.reset(seed=0)
+    for call in (lambda: env.get_attr("no_such_attribute"), lambda: env.call("no_such", 1)):
+        with pytest.raises(AttributeError, match="env 0 raised AttributeError") as caught:
+            call()
+        assert isinstance(caught.value, EnvWorkerError) and caught.value.env_index == 0
+        assert "no_such" in caught.value.worker_traceback
     env.close()
 
 

@@ -3,7 +3,8 @@
 ``parse_fen`` accepts what ``chess.Board(fen)`` accepts (trailing fields may be left out) and
 also refuses positions python-chess would still parse but that no game reaches: no king or two
 kings of a colour, pawns on the first or last rank, the side not to move in check, an
-impossible en-passant square. Castling rights are cleaned as python-chess cleans them (a right
+impossible en-passant square, a half-move clock or full-move number above ``MAX_CLOCK`` (the
+boards count them in int32). Castling rights are cleaned as python-chess cleans them (a right
 needs its king and rook on their home squares).
 """
 
@@ -16,6 +17,9 @@ STARTING_FEN = "rnbqkbnr/pppppppp/8/8/8/8/PPPPPPPP/RNBQKBNR w KQkq - 0 1"
 PIECE_SYMBOLS = "pnbrqk"
 FILES = "abcdefgh"
 _CASTLING_RE = re.compile(r"^(?:-|[KQABCDEFGH]{0,2}[kqabcdefgh]{0,2})\Z")
+#: the largest half-move clock and full-move number accepted: the boards keep them in int32
+#: columns, with room to count the moves of any episode (python-chess takes any size)
+MAX_CLOCK = 2**30
 # castling-rights bits (as in core.py): K, Q, k, q
 _RIGHT_BITS = {"K": 1, "Q": 2, "k": 4, "q": 8, "H": 1, "A": 2, "h": 4, "a": 8}
 
@@ -131,6 +135,9 @@ def _count(parts: list[str], index: int, default: int, what: str, fen: str) -> i
         raise ValueError(f"invalid {what} {parts[index]!r} in FEN {fen!r}") from None
     if value < 0:
         raise ValueError(f"the {what} cannot be negative in FEN {fen!r}")
+    if value > MAX_CLOCK:
+        raise ValueError(f"the {what} {value} is too large in FEN {fen!r}: at most "
+                         f"{MAX_CLOCK} (2**30; boards keep it in int32)")
     return value
 
 

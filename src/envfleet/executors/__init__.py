@@ -11,6 +11,7 @@ Gymnasium id, one factory or a list of factories.
 
 from envfleet.executors.base import (
     ClosedExecutorError,
+    EnvAttributeError,
     EnvWorkerError,
     ExecutorVectorEnv,
     SpacesMismatchError,
@@ -21,6 +22,7 @@ from envfleet.executors.subprocess import SubprocessVectorEnv
 
 __all__ = [
     "ClosedExecutorError",
+    "EnvAttributeError",
     "EnvWorkerError",
     "ExecutorVectorEnv",
     "PoolVectorEnv",

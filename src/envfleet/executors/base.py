@@ -80,13 +80,22 @@ class RemoteTraceback(Exception):
         return f'\n"""\n{self.text.rstrip()}\n"""'
 
 
+class EnvAttributeError(EnvWorkerError, AttributeError):
+    """An env has no attribute by that name (``call`` / ``get_attr``): an ``AttributeError`` as
+    well, as Gymnasium's ``SyncVectorEnv`` raises, so that ``hasattr``-style checks (SB3's
+    ``VecEnv.has_attr``) see a missing attribute."""
+
+
 def failure_error(index: int, phase: str, error_type: str, text: str,
                   tb: str) -> EnvWorkerError:
     """The parent-side error for an exception raised by env ``index``'s ``phase`` (or for a
-    value it returned that ``executors.outputs`` refused)."""
+    value it returned that ``executors.outputs`` refused); a missing attribute in ``call`` is
+    also an ``AttributeError`` (``EnvAttributeError``), as SyncVectorEnv raises."""
     message = (f"env {index}'s {phase}() {text}" if error_type == BadEnvOutput.__name__ else
                f"env {index} raised {error_type} in {phase}(): {text}")
-    error = EnvWorkerError(message, env_index=index, worker_traceback=tb)
+    cls = EnvAttributeError if error_type == "AttributeError" and phase == "call" \
+        else EnvWorkerError
+    error = cls(message, env_index=index, worker_traceback=tb)
     error.__cause__ = RemoteTraceback(tb)
     return error
 
@@ -94,7 +103,7 @@ def failure_error(index: int, phase: str, error_type: str, text: str,
 def env_seeds(seed: int | Sequence[int | None], num_envs: int) -> list[int | None]:
     """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one per env (None: none)."""
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        base = check_seed(seed)
+        base = check_seed(seed, count=num_envs)
         return [base + i for i in range(num_envs)]
     if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str):
         raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")

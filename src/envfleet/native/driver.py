@@ -94,7 +94,19 @@ def check_action_batch(actions: Any, space: spaces.Space, num_envs: int) -> Acti
     if kind not in ("iu" if fmt.integer else "iuf"):
         what = "integers" if fmt.integer else "numbers (float or int)"
         raise ValueError(f"actions for {space} must be {what}, got dtype {name}")
+    if fmt.integer and name == "uint64":
+        _refuse_wrapping_uint64(actions, space)
     return fmt
+
+
+def _refuse_wrapping_uint64(actions: Any, space: spaces.Space) -> None:
+    """uint64 actions above int64's range would read as negative numbers once converted to the
+    kernels' int64: refuse the first with its real value."""
+    values = actions.cpu().numpy() if hasattr(actions, "cpu") else np.asarray(actions)
+    too_large = np.flatnonzero(values > np.iinfo(np.int64).max)  # Discrete: one per env
+    if too_large.size:
+        index = int(too_large[0])
+        raise ValueError(describe_bad_action(space, index, values[index].tolist()))
 
 
 def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:

@@ -56,11 +56,19 @@ def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
         raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
 
 
-def check_seed(seed: Any, name: str = "seed") -> int:
-    """A seed is a non-negative integer (Gymnasium's rule)."""
+def check_seed(seed: Any, name: str = "seed", count: int = 1) -> int:
+    """A seed is a non-negative integer (Gymnasium's rule) below 2**64 (seeds are uint64, on
+    every backend alike); with ``count``, ``seed + count - 1`` (the last env's) is too."""
     if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
         raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
-    return int(seed)
+    seed = int(seed)
+    if seed >= 2**64:
+        raise ValueError(f"{name} must be below 2**64 (seeds are uint64), got {seed}")
+    if seed + count - 1 >= 2**64:
+        raise ValueError(f"{name} {seed} gives env i the seed {name} + i, which passes 2**64 - 1 "
+                         f"(seeds are uint64) for num_envs={count}: use at most "
+                         f"2**64 - {count} = {2**64 - count}")
+    return seed
 
 
 def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
@@ -77,8 +85,8 @@ def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
 def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one given per env."""
     if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        base = check_seed(seed)
-        return np.arange(num_envs, dtype=np.uint64) + np.uint64(base % 2**64)
+        base = check_seed(seed, count=num_envs)
+        return np.arange(num_envs, dtype=np.uint64) + np.uint64(base)
     if not isinstance(seed, Sequence | np.ndarray):
         raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
     seeds = list(seed)
@@ -123,7 +131,7 @@ class NativeVectorEnv(VectorEnv):
         self.action_space = batch_space(spec.action_space, num_envs)
         # Like gymnasium.Env: a fresh entropy seed when none is given; used by the first reset.
         self._initial_seed = (
-            check_seed(seed) if seed is not None
+            check_seed(seed, count=num_envs) if seed is not None
             else int(np.random.SeedSequence().entropy) % 2**63
         )
         self._has_reset = False

@@ -1,0 +1,122 @@
+"""Memory checks before ``make`` allocates: a batch too large for the machine is refused with a
+clear error instead of growing until the kernel's OOM killer ends the process."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+
+from envfleet.native.spec import NativeEnvSpec
+
+#: per-env floor for executors: a Python Gymnasium env object (CartPole: about 3.5 KB) and its
+#: batch-buffer rows; the env's own memory is unknowable before it is built
+EXECUTOR_BYTES_PER_ENV = 1024
+#: per-env bookkeeping of the native engines besides state and observations: actions (8 bytes
+#: per component), reward, flags, the RNG counters and seeds, reset masks
+_NATIVE_OVERHEAD = 4 + 3 + 24 + 1 + 8 + 8
+
+
+class InsufficientMemoryError(MemoryError):
+    """``make`` would need more memory than the machine (or the device) has available."""
+
+
+def available_host_memory() -> int | None:
+    """Bytes of host memory available to a new allocation (MemAvailable), None if unknown."""
+    try:
+        import psutil  # optional: used when installed, never required
+    except ImportError:
+        psutil = None
+    if psutil is not None:
+        return int(psutil.virtual_memory().available)
+    try:
+        with open("/proc/meminfo") as meminfo:
+            for line in meminfo:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return None
+
+
+def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str) -> int:
+    """An estimate of the bytes a native engine allocates for ``num_envs`` envs of ``spec``."""
+    state = _state_bytes(spec)
+    obs_space = spec.observation_space
+    obs = np.dtype(obs_space.dtype).itemsize * math.prod(obs_space.shape)
+    action = 8 * math.prod(spec.action_space.shape or ())
+    per_env = state + 2 * obs + action + _NATIVE_OVERHEAD  # obs and final_obs
+    if backend == "torch":
+        per_env += state + obs + 24  # a step backs up the arena (state, obs, counters, flags)
+    return per_env * num_envs
+
+
+def _state_bytes(spec: NativeEnvSpec) -> int:
+    """Bytes of one env's state columns."""
+    return sum(np.dtype(dtype).itemsize * math.prod(shape)
+               for dtype, shape in spec.state.values())
+
+
+def check_memory(needed: int, available: int | None, what: str, where: str) -> None:
+    """Refuse ``what`` when it needs more than ``available`` bytes of ``where`` memory."""
+    if available is not None and needed > available:
+        raise InsufficientMemoryError(
+            f"{what} needs about {_size(needed)} but only {_size(available)} of {where} is "
+            "available: use fewer envs"
+        )
+
+
+def check_native_memory(spec: NativeEnvSpec, num_envs: int, backend: str,
+                        options: dict[str, Any]) -> None:
+    """Refuse a native ``make`` whose buffers cannot fit in host (or device) memory."""
+    needed = native_bytes(spec, num_envs, backend)
+    what = f"make({spec.id!r}, num_envs={num_envs}, backend={backend!r})"
+    device = _device_memory(backend, options)
+    if device is None:
+        check_memory(needed, available_host_memory(), what, "memory (MemAvailable)")
+        return
+    free, name = device
+    if backend == "cuda":  # the state columns are built on the host, then copied
+        check_memory(_state_bytes(spec) * num_envs, available_host_memory(), what,
+                     "memory (MemAvailable)")
+    check_memory(needed, free, what, f"free memory on {name}")
+
+
+def check_executor_memory(num_envs: int, backend: str) -> None:
+    """Refuse an executor ``make`` whose envs cannot fit, at ``EXECUTOR_BYTES_PER_ENV`` each (a
+    lower bound: what an env takes is unknowable before it is built)."""
+    check_memory(EXECUTOR_BYTES_PER_ENV * num_envs, available_host_memory(),
+                 f"make(num_envs={num_envs}, backend={backend!r}), at {EXECUTOR_BYTES_PER_ENV} "
+                 "bytes per env or more,", "memory (MemAvailable)")
+
+
+def _device_memory(backend: str, options: dict[str, Any]) -> tuple[int, str] | None:
+    """(free bytes, device name) when the engine allocates on a GPU, None for host memory."""
+    if backend == "torch":
+        import torch
+
+        from envfleet.native.torch_backend import resolve_device
+
+        device = resolve_device(options.get("device"))
+        if device.type != "cuda":
+            return None
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free), str(device)
+    if backend == "cuda":
+        import os
+
+        if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
+            return None  # the simulator allocates on the host
+        from numba import cuda
+
+        free, _ = cuda.current_context().get_memory_info()
+        return int(free), "the CUDA device"
+    return None
+
+
+def _size(nbytes: int) -> str:
+    """``nbytes`` in GiB or MiB, for messages."""
+    if nbytes >= 2**30:
+        return f"{nbytes / 2**30:.1f} GiB"
+    return f"{nbytes / 2**20:.1f} MiB"
