@@ -10,7 +10,6 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("mkdocs")
-pytest.importorskip("mkdocstrings_handlers.python")
 
 ROOT = Path(__file__).resolve().parents[1]
 
