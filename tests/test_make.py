@@ -208,7 +208,7 @@ def test_gymnasium_make_vec_gets_the_native_kernel() -> None:
     obs, _ = env.reset(seed=0)
     assert env.observation_space.contains(obs)
     env.step(env.action_space.sample())
-    single = gym.make("envfleet/CartPole-v1")  # the reference single env still works
+    single = gym.make("envfleet/CartPole-v1")  # the single env too (tests/test_single_env.py)
     single.reset(seed=0)
     env.close()
 

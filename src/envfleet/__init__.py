@@ -1,7 +1,13 @@
 """envfleet: reinforcement-learning environments as fast as the hardware allows.
 
 ``envfleet.make(env_id, num_envs, backend=...)`` returns a ``gymnasium.vector.VectorEnv``.
+The submodules with optional dependencies (``envfleet.sb3``: Stable-Baselines3; ``bench``,
+``train``: the command line's jobs) are imported on first use, so ``import envfleet`` stays
+light and works without the extras.
 """
+
+import importlib
+from types import ModuleType
 
 from gymnasium.vector import AutoresetMode
 
@@ -27,5 +33,20 @@ __all__ = [
     "list_envs",
     "make",
 ]
+
+#: submodules imported when first used as ``envfleet.<name>`` (optional dependencies, or heavy)
+_LAZY_SUBMODULES = frozenset({"sb3", "bench", "train", "cli"})
+
+
+def __getattr__(name: str) -> ModuleType:
+    """``envfleet.sb3`` (and the other lazy submodules) without an explicit import."""
+    if name in _LAZY_SUBMODULES:
+        return importlib.import_module(f"envfleet.{name}")
+    raise AttributeError(f"module 'envfleet' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *_LAZY_SUBMODULES})
+
 
 register_with_gymnasium()

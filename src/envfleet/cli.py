@@ -8,6 +8,7 @@ default.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import sys
 
 
@@ -25,6 +26,22 @@ COMMANDS = {
     "eval": ("envfleet.train.cli:add_eval_arguments",
              "play a policy saved by train --save and report its mean return"),
 }
+
+#: subcommand -> {module it cannot run without: the extra that installs it}; checked after
+#: parsing (``--help`` works without them), before the subcommand imports anything
+REQUIRES: dict[str, dict[str, str]] = {
+    "train": {"torch": "torch"},
+    "eval": {"torch": "torch"},
+}
+
+
+def missing_extra(command: str) -> str | None:
+    """Why ``command`` cannot run here (a module it needs is not installed), or None."""
+    for module, extra in REQUIRES.get(command, {}).items():
+        if importlib.util.find_spec(module) is None:
+            return (f"needs {module}, which is not installed: "
+                    f"pip install 'envfleet[{extra}]'")
+    return None
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -50,6 +67,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else list(argv)
     args = build_parser().parse_args(argv)
     args.argv = argv
+    missing = missing_extra(args.command)
+    if missing is not None:
+        print(f"envfleet {args.command}: error: {missing}", file=sys.stderr)
+        return 2
     try:
         return args.func(args)
     except CommandError as error:

@@ -16,6 +16,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import gymnasium
+import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
 from envfleet.chess import env as chess_env
@@ -279,21 +280,80 @@ def _time_limited(factory: Callable[[], gymnasium.Env], max_episode_steps: int) 
     return gymnasium.wrappers.TimeLimit(factory(), max_episode_steps)
 
 
-def register_with_gymnasium() -> None:
-    """Register ``envfleet/<id>`` for each native env (``gymnasium.make_vec`` finds our kernels).
+#: the native episode limit of a single env whose limit is Gymnasium's ``TimeLimit`` (never hit)
+_NO_LIMIT = 2**62
 
-    The single-env entry point is the reference Gymnasium env, so ``gymnasium.make`` still works.
+
+def _gym_time_limit(spec: NativeEnvSpec) -> int | None:
+    """The ``max_episode_steps`` registered with Gymnasium for ``spec``: None for a family whose
+    limit depends on its params (Chess-v0's ``max_plies``), which then truncates on its own."""
+    return None if spec.default_max_steps is not None else spec.max_episode_steps
+
+
+class NativeEnv(gymnasium.Env):
+    """One env of a native family as a ``gymnasium.Env``: what ``gymnasium.make("envfleet/<id>")``
+    builds.
+
+    Underneath, a 1-env native vector env (``numba`` backend, ``Disabled`` autoreset): the same
+    spaces, dynamics, seeding and reset options as env 0 of ``envfleet.make(env_id, 1)``;
+    ``info`` holds env 0's entries (e.g. Chess-v0's ``action_mask``). Episode limits are
+    Gymnasium's ``TimeLimit`` (``gymnasium.make(..., max_episode_steps=N)``), except for
+    families whose limit is a param (Chess-v0: ``max_plies``).
     """
+
+    def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
+        spec = _native_spec(env_id)
+        if _gym_time_limit(spec) is not None:
+            kwargs.setdefault("max_episode_steps", _NO_LIMIT)
+        if render_mode is not None:
+            kwargs["render_mode"] = render_mode
+        #: the 1-env native vector env that steps this env (its ``state``, family methods)
+        self.vector_env = make(spec.id, 1, backend="numba",
+                               autoreset_mode=AutoresetMode.DISABLED, **kwargs)
+        self.observation_space = self.vector_env.single_observation_space
+        self.action_space = self.vector_env.single_action_space
+        self.metadata = {"render_modes": list(self.vector_env.metadata.get("render_modes", [])),
+                         "render_fps": self.vector_env.metadata.get("render_fps")}
+        self.render_mode = render_mode
+
+    def reset(self, *, seed: int | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Start an episode; ``seed`` seeds envfleet's counter-based RNG as env 0's seed."""
+        super().reset(seed=seed)  # Gymnasium's np_random, for code that draws from it
+        obs, info = self.vector_env.reset(seed=seed, options=options)
+        return obs[0], self._single_info(info)
+
+    def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
+        """Step with one action; after the episode ends, call ``reset()``."""
+        obs, reward, terminated, truncated, info = self.vector_env.step(
+            np.asarray(action)[None])
+        return (obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]),
+                self._single_info(info))
+
+    def render(self) -> Any:
+        """The frame of the env (when the native family renders)."""
+        frames = self.vector_env.render()
+        return None if frames is None else frames[0]
+
+    def close(self) -> None:
+        """Release the native env (idempotent)."""
+        self.vector_env.close()
+
+    @staticmethod
+    def _single_info(info: dict[str, Any]) -> dict[str, Any]:
+        return {k: v[0] for k, v in info.items() if not k.startswith("_")}
+
+
+def register_with_gymnasium() -> None:
+    """Register ``envfleet/<id>`` for each native env: ``gymnasium.make`` builds a ``NativeEnv``,
+    ``gymnasium.make_vec`` (``vector_entry_point``) the native vector env."""
     for env_id, spec in NATIVE_ENVS.items():
         full_id = f"{GYM_NAMESPACE}/{env_id}"
         if full_id in gymnasium.registry:
             continue
-        # the single-env entry point is the reference Gymnasium env (none for chess)
-        entry_point = gymnasium.spec(spec.reference_id).entry_point if spec.reference_id \
-            else None
         gymnasium.register(
             id=full_id,
-            entry_point=entry_point,
+            entry_point=functools.partial(NativeEnv, env_id),
             vector_entry_point=functools.partial(make, env_id),
-            max_episode_steps=spec.max_episode_steps,
+            max_episode_steps=_gym_time_limit(spec),
         )

@@ -1,0 +1,116 @@
+"""``gymnasium.make("envfleet/<id>")``: one native env as a ``gymnasium.Env``, for every native id,
+checked by Gymnasium's env checker and against the reference env (state transplant)."""
+
+from __future__ import annotations
+
+import warnings
+
+import gymnasium as gym
+import numpy as np
+import pytest
+from gymnasium.utils.env_checker import check_env
+
+import envfleet
+from envfleet.registry import NATIVE_ENVS, NativeEnv
+from tests.reference import balancing_actions
+
+#: what each native id needs to pass ``check_env`` (its random actions must be playable)
+CHECK_KWARGS = {"CartPole-v1": {}, "Chess-v0": {"illegal_action": "lose"}}
+
+
+def test_every_native_id_is_covered():
+    assert set(CHECK_KWARGS) == set(NATIVE_ENVS)
+
+
+@pytest.mark.parametrize("env_id", sorted(CHECK_KWARGS))
+def test_gymnasium_make_passes_the_env_checker(env_id):
+    env = gym.make(f"envfleet/{env_id}", **CHECK_KWARGS[env_id])
+    assert isinstance(env.unwrapped, NativeEnv)
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message=".*infinity.*")  # CartPole's own Box bounds
+        check_env(env.unwrapped)
+    env.close()
+
+
+def test_cartpole_steps_as_gymnasium_cartpole_with_its_time_limit():
+    """Each step of ``gymnasium.make("envfleet/CartPole-v1")`` equals Gymnasium's CartPole-v1
+    stepped from the same state, TimeLimit included (600 steps, as the user asked)."""
+    env = gym.make("envfleet/CartPole-v1", max_episode_steps=600)
+    reference = gym.make("CartPole-v1", max_episode_steps=600)
+    assert env.observation_space == reference.observation_space
+    assert env.action_space == reference.action_space
+    rng = np.random.default_rng(0)
+    ends = {"terminated": 0, "truncated": 0}
+    for episode in range(6):
+        obs, _ = env.reset(seed=episode)
+        reference.reset(seed=episode)
+        reference.unwrapped.state = np.array(env.unwrapped.vector_env.state).T[0].copy()
+        noise = 0.01 if episode % 2 == 0 else 0.3  # half balance to the limit, half fall
+        for _ in range(700):
+            action = int(balancing_actions(obs[None], rng, noise)[0])
+            obs, reward, terminated, truncated, info = env.step(action)
+            ref_obs, ref_reward, ref_terminated, ref_truncated, _ = reference.step(action)
+            assert np.array_equal(obs, ref_obs) and obs.dtype == ref_obs.dtype
+            assert np.array_equal(env.unwrapped.vector_env.state, np.array(
+                reference.unwrapped.state)[:, None])
+            assert (reward, terminated, truncated) == (ref_reward, ref_terminated, ref_truncated)
+            assert type(reward) is float and info == {}
+            if terminated or truncated:
+                ends["terminated" if terminated else "truncated"] += 1
+                break
+    assert ends["terminated"] and ends["truncated"], ends
+
+
+def test_seeding_matches_the_vector_env_and_sync_vectorization():
+    single = gym.make("envfleet/CartPole-v1")
+    vector = envfleet.make("CartPole-v1", 3)
+    sync = gym.make_vec("envfleet/CartPole-v1", 3, vectorization_mode="sync")
+    first, _ = vector.reset(seed=7)
+    assert np.array_equal(single.reset(seed=7)[0], first[0])
+    assert np.array_equal(sync.reset(seed=7)[0], first)
+    for env in (single, vector, sync):
+        env.close()
+
+
+def test_chess_plays_as_python_chess():
+    """Random legal games from ``info["action_mask"]``: every position equals python-chess's."""
+    chess = pytest.importorskip("chess")
+    env = gym.make("envfleet/Chess-v0")
+    native = env.unwrapped.vector_env
+    rng = np.random.default_rng(0)
+    _, info = env.reset(seed=0)
+    board = chess.Board()
+    games = 0
+    for _ in range(600):
+        legal = np.flatnonzero(info["action_mask"])
+        assert sorted(native.action_to_uci(0, a) for a in legal) == sorted(
+            m.uci() for m in board.legal_moves)
+        action = int(rng.choice(legal))
+        board.push_uci(native.action_to_uci(0, action))
+        _, reward, terminated, truncated, info = env.step(action)
+        assert native.fen(0) == board.fen()
+        assert reward == (1.0 if board.is_checkmate() else 0.0)  # to the player who moved
+        assert terminated == (board.is_checkmate() or board.is_stalemate()
+                              or board.is_insufficient_material()
+                              or board.halfmove_clock >= 100 or board.is_repetition(3))
+        games += terminated
+        if terminated or truncated:
+            _, info = env.reset()
+            board = chess.Board()
+    assert games >= 1
+
+
+def test_unknown_kwargs_and_backend_options_are_refused():
+    with pytest.raises(TypeError, match="CartPole-v1"):
+        gym.make("envfleet/CartPole-v1", no_such_param=1)
+    with pytest.raises(TypeError, match="backend"):
+        gym.make("envfleet/CartPole-v1", backend="torch")
+
+
+def test_make_vec_keeps_chess_episode_limit_of_its_params():
+    """Chess-v0's limit is ``max_plies`` (a step is two plies against the opponent): Gymnasium's
+    registry passes no step limit of its own that would override it."""
+    env = gym.make_vec("envfleet/Chess-v0", 2, vectorization_mode="vector_entry_point",
+                       opponent="random", max_plies=40)
+    assert env.unwrapped.engine.max_episode_steps == 20
+    env.close()
