@@ -70,6 +70,8 @@ class NativeEnvSpec:
     #: numba: the fewest envs stepped by the parallel kernel (None: the backend's default,
     #: tuned for cheap steps; an env family with microsecond steps gains from threads sooner)
     parallel_min_envs: int | None = None
+    #: seconds a first compile usually takes (numba, 2 cores): the first-compile notice's hint
+    compile_seconds: float = 2.0
 
     @functools.cached_property
     def state_type(self) -> type:
