@@ -192,3 +192,36 @@ def test_eval_of_a_policy_for_another_env_is_a_clean_error(tmp_path, capsys):
     garbage.write_bytes(b"not a checkpoint")
     assert main(["eval", "CartPole-v1", "--load", str(garbage)]) == 2
     assert "is not a policy saved by envfleet train --save" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env_id", "backend", "suffix"), [("CartPole-v1", "auto", ".mp4"),
+                                                           ("Acrobot-v1", "serial", ".gif")])
+def test_eval_records_a_playable_video(env_id, backend, suffix, tmp_path, capsys):
+    import imageio.v2 as imageio
+
+    policy, video = tmp_path / "policy.pt", tmp_path / f"episode{suffix}"
+    assert main(["train", env_id, "--backend", backend, "--num-envs", "2", "--num-steps", "16",
+                 "--total-steps", "32", "--eval-every", "0", "--eval-episodes", "2", "--quiet",
+                 "--save", str(policy)]) == 0
+    capsys.readouterr()
+    assert main(["eval", env_id, "--backend", backend, "--load", str(policy), "--episodes",
+                 "2", "--video", str(video), "--json", str(tmp_path / "eval.json")]) == 0
+    recorded = json.loads((tmp_path / "eval.json").read_text())["video"]
+    assert recorded["path"] == str(video) and f"video: {video}" in capsys.readouterr().out
+    frames = [frame for frame in imageio.get_reader(video)]  # decodes: a playable file
+    # (a comprehension: list() asks the mp4 reader its length, which is unknown: inf)
+    assert len(frames) == recorded["steps"] + 1 >= 2  # the reset frame, then one per step
+    assert frames[0].ndim == 3 and frames[0].shape[2] in (3, 4) and frames[0].std() > 0
+
+
+def test_eval_video_of_an_env_without_renderer_is_refused_up_front(tmp_path, capsys):
+    policy = tmp_path / "chess.pt"
+    import envfleet
+
+    env = envfleet.make("Chess-v0", 1)
+    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+             ppo.Args(env_id="Chess-v0"), str(policy))
+    env.close()
+    assert main(["eval", "Chess-v0", "--load", str(policy), "--video",
+                 str(tmp_path / "v.mp4")]) == 2
+    assert "Chess-v0 has no renderer yet" in capsys.readouterr().err

@@ -212,6 +212,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent-color", choices=("white", "black", "alternate"),
                         help="Chess-v0: the colour the agent plays (default: white)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the result here")
+    parser.add_argument("--video", type=Path, metavar="PATH",
+                        help="also record one episode (env 0, seeded --seed) to PATH: .mp4 "
+                             "(or any format ffmpeg writes) or .gif; needs envfleet[video]")
     parser.set_defaults(func=run_eval)
 
 
@@ -478,6 +481,8 @@ def run_eval(options: argparse.Namespace) -> int:
         raise CommandError(f"{options.load} was trained on {saved['args']['env_id']}, not "
                            f"{options.env}: evaluate it with envfleet eval "
                            f"{saved['args']['env_id']} --load {options.load}")
+    if options.video:
+        _check_video(options.env, options.video)
     episodes = options.episodes or (1000 if name == "Chess-v0" else 100)
     kwargs = dict(preset(options.env).get("env_kwargs", {}))
     for key in ("opponent", "agent_color"):
@@ -513,10 +518,82 @@ def run_eval(options: argparse.Namespace) -> int:
         line += (f"; win {out['win_rate']:.3f} draw {out['draw_rate']:.3f} "
                  f"loss {out['loss_rate']:.3f}")
     print(line)
+    if options.video:
+        steps, total = record_episode(options, agent, kwargs)
+        out["video"] = {"path": str(options.video), "steps": steps, "return": total}
+        print(f"video: {options.video} ({steps} steps, return {total:g})")
     if options.json:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+VIDEO_EXTRA = "pip install 'envfleet[video]'"
+
+
+def _check_video(env_id: str, path: Path) -> None:
+    """Refuse ``--video`` up front when the env cannot render or the writer is missing."""
+    from envfleet.registry import NATIVE_ENVS, _native_name
+
+    native = _native_name(env_id)
+    if native is not None and NATIVE_ENVS[native].renderer is None:
+        raise CommandError(f"{native} has no renderer yet: --video is not available for it")
+    try:
+        import imageio  # noqa: F401
+        if path.suffix.lower() != ".gif":
+            import imageio_ffmpeg  # noqa: F401
+    except ImportError as error:
+        raise CommandError(f"--video needs {error.name} ({VIDEO_EXTRA})") from None
+
+
+def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str, Any]
+                   ) -> tuple[int, float]:
+    """Play one episode on env 0 (greedy unless ``--sample``), writing each frame to
+    ``options.video`` as it is drawn; (steps, return)."""
+    import imageio.v2 as imageio
+    import numpy as np
+    import torch
+
+    import envfleet
+    from envfleet.train import ppo
+
+    backend = resolve_backend(options.env, options.backend)
+    kwargs = dict(env_kwargs)
+    if backend in envfleet.registry.EXECUTOR_BACKENDS:
+        backend = "serial"  # one env: no worker process needed
+        kwargs["render_mode"] = "rgb_array"  # Gymnasium's envs draw only when asked to
+    device = torch.device("cpu")
+    env = envfleet.make(options.env, 1, backend=backend, seed=options.seed, **kwargs)
+    fps = env.metadata.get("render_fps") or 30
+    options.video.parent.mkdir(parents=True, exist_ok=True)
+    if options.video.suffix.lower() == ".gif":
+        writer = imageio.get_writer(options.video, mode="I", duration=1000 / fps, loop=0)
+    else:  # even frame sizes for H.264's 4:2:0 (imageio resizes odd ones)
+        writer = imageio.get_writer(options.video, fps=fps, macro_block_size=2)
+    bounds = ppo.box_bounds(env.single_action_space, device)
+    steps, total = 0, 0.0
+    try:
+        obs, info = env.reset(seed=options.seed)
+        torch_actions = isinstance(obs, torch.Tensor)
+        writer.append_data(np.asarray(env.render()[0]))
+        with torch.inference_mode():
+            while True:
+                x = agent.features(ppo.as_tensor(obs, device))
+                mask = ppo.action_mask(info, device)
+                action = agent.sample(x, mask) if options.sample else agent.greedy(x, mask)
+                if bounds is not None:
+                    action = torch.clamp(action, *bounds)
+                obs, reward, terminated, truncated, info = env.step(
+                    action if torch_actions else action.numpy())
+                steps += 1
+                total += float(reward[0])
+                writer.append_data(np.asarray(env.render()[0]))  # NEXT_STEP: the final state
+                if bool(terminated[0]) or bool(truncated[0]):
+                    break
+    finally:
+        writer.close()
+        env.close()
+    return steps, total
 
 
 def outcomes(returns: Any) -> dict[str, float]:
