@@ -19,7 +19,8 @@ def test_tiny_run_writes_jsonl_markdown_and_plot(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    lines = [json.loads(x) for x in (tmp_path / "CartPole-v1.jsonl").read_text().splitlines()]
+    stem = tmp_path / "bench-CartPole-v1-native"
+    lines = [json.loads(x) for x in stem.with_suffix(".jsonl").read_text().splitlines()]
     header, points = lines[0], lines[1:]
     assert header["type"] == "header"
     assert header["cpu_count"] >= 1 and header["versions"]["gymnasium"]
@@ -34,10 +35,10 @@ def test_tiny_run_writes_jsonl_markdown_and_plot(tmp_path):
     numba = [p for p in points if p["backend"] == "numba"]
     assert all(p["threads"] >= 1 and p["device"] == "cpu" for p in numba)
 
-    md = (tmp_path / "CartPole-v1.md").read_text()
+    md = stem.with_suffix(".md").read_text()
     assert "numba × gym-numpy" in md and "numba × gym-sync" in md
     assert "| 64 |" in md
-    assert (tmp_path / "CartPole-v1.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     assert "numba × gym-numpy" in proc.stdout  # the rich table
 
 
@@ -117,7 +118,8 @@ def test_executors_and_process_baselines_side_by_side(tmp_path):
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
     assert proc.returncode == 0, proc.stdout + proc.stderr
 
-    lines = [json.loads(x) for x in (tmp_path / "CartPole-v1.jsonl").read_text().splitlines()]
+    stem = tmp_path / "bench-CartPole-v1-executors-workers-sweep"
+    lines = [json.loads(x) for x in stem.with_suffix(".jsonl").read_text().splitlines()]
     header, points = lines[0], lines[1:]
     assert header["settings"]["num_workers"] == [1, 2]
     assert [p["series"] for p in points] == [
@@ -127,9 +129,39 @@ def test_executors_and_process_baselines_side_by_side(tmp_path):
     workers = {p["series"]: p.get("num_workers") for p in points}
     assert workers["pool 2w"] == 2 and workers["pool 1w"] == 1 and workers["subprocess"] == 4
 
-    md = (tmp_path / "CartPole-v1.md").read_text()
+    md = stem.with_suffix(".md").read_text()
     assert "pool 2w × gym-sync" in md and "pool 2w × gym-async" in md
     assert "pool 2w per call" in md
+
+
+def test_two_studies_in_one_folder_keep_their_own_files(tmp_path):
+    for backends in ("gym-numpy", "serial"):  # a baseline-only study, then an executor one
+        cmd = [sys.executable, "-m", "envfleet", "bench", "--backends", backends,
+               "--num-envs", "2", "--seconds", "0.02", "--out", str(tmp_path)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    for kind, series in (("baselines", "gym-numpy"), ("executors", "serial")):
+        stem = tmp_path / f"bench-CartPole-v1-{kind}"
+        lines = stem.with_suffix(".jsonl").read_text().splitlines()
+        assert [json.loads(x)["series"] for x in lines[1:]] == [series]
+        assert f"| {series} |" in stem.with_suffix(".md").read_text()
+
+
+def test_study_names_tell_studies_apart():
+    from envfleet.bench.runner import study_name
+
+    names = {study_name("CartPole-v1", ["numba", "torch", "gym-numpy"], [2], None),
+             study_name("CartPole-v1", ["numba", "gym-numpy"], [1, 2], None),
+             study_name("CartPole-v1", ["pool", "gym-sync"], [2], [2]),
+             study_name("CartPole-v1", ["pool", "gym-sync"], [2], [1, 2]),
+             study_name("CartPole-v1", ["gym-sync"], [2], None),
+             study_name("Acrobot-v1", ["pool"], [2], None),
+             study_name("Chess-v0", ["numba", "python-chess"], [2], None)}
+    assert names == {"bench-CartPole-v1-native", "bench-CartPole-v1-native-threads-sweep",
+                     "bench-CartPole-v1-executors", "bench-CartPole-v1-executors-workers-sweep",
+                     "bench-CartPole-v1-baselines", "bench-Acrobot-v1-executors",
+                     "bench-Chess-v0-native"}
+    assert study_name("ALE/Pong-v5", ["pool"], [2], None) == "bench-ALE_Pong-v5-executors"
 
 
 def test_defaults_native_id_unchanged_other_ids_get_executors():
@@ -241,21 +273,22 @@ def test_python_chess_peer_plays_legal_moves_and_restarts_finished_games():
     assert over(start, MAX_PLIES) and not over(start, MAX_PLIES - 1)
 
 
-def _chess_run(tmp_path, backends: str):
+def _chess_run(tmp_path, backends: str, kind: str):
     cmd = [sys.executable, "-m", "envfleet", "bench", "--env", "Chess-v0", "--backends",
            backends, "--num-envs", "1,4", "--seconds", "0.05", "--perft-depth", "1",
            "--out", str(tmp_path)]
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = [json.loads(x) for x in (tmp_path / "Chess-v0.jsonl").read_text().splitlines()]
+    stem = tmp_path / f"bench-Chess-v0-{kind}"
+    lines = [json.loads(x) for x in stem.with_suffix(".jsonl").read_text().splitlines()]
     assert lines[0]["type"] == "header" and lines[0]["settings"]["unit"] == "plies"
-    assert (tmp_path / "Chess-v0.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-    return proc, lines[1:], (tmp_path / "Chess-v0.md").read_text()
+    assert stem.with_suffix(".png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    return proc, lines[1:], stem.with_suffix(".md").read_text()
 
 
 def test_chess_run_with_peers_writes_plies_and_perft(tmp_path):
     pytest.importorskip("chess")
-    _, rows, md = _chess_run(tmp_path, "python-chess")
+    _, rows, md = _chess_run(tmp_path, "python-chess", "baselines")
     points = [r for r in rows if r["type"] == "point"]
     assert [(p["series"], p["num_envs"]) for p in points] == [("python-chess", 1),
                                                               ("python-chess", 4)]
@@ -273,7 +306,7 @@ def test_chess_run_envfleet_side_by_side_with_a_peer(tmp_path):
     if not _chess_available():
         pytest.skip("Chess-v0 not available in this envfleet yet")
     pytest.importorskip("chess")
-    proc, rows, md = _chess_run(tmp_path, "numba,python-chess")
+    proc, rows, md = _chess_run(tmp_path, "numba,python-chess", "native")
     points = [r for r in rows if r["type"] == "point"]
     assert {(p["series"], p["num_envs"]) for p in points} == {
         (s, n) for s in ("numba", "python-chess") for n in (1, 4)}

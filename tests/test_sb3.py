@@ -236,7 +236,8 @@ def test_options_reach_the_envs_reset_once() -> None:
 
 def test_attributes_and_methods_of_a_native_batch() -> None:
     vec = to_sb3("CartPole-v1", N)
-    assert vec.render_mode is None and vec.get_attr("render_mode") == [None] * N
+    # native envs draw from their state on demand: always rgb_array
+    assert vec.render_mode == "rgb_array" and vec.get_attr("render_mode") == ["rgb_array"] * N
     assert vec.get_attr("backend", indices=[1, 3]) == ["numba", "numba"]
     assert vec.get_attr("num_envs", indices=2) == [N]
     assert not vec.has_attr("no_such_attribute")

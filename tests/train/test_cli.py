@@ -85,3 +85,143 @@ def test_chess_train_and_eval_report_outcomes(tmp_path, capsys):
     capsys.readouterr()
     assert main(["eval", "Chess-v0", "--load", str(policy), "--episodes", "4"]) == 0
     assert "win" in capsys.readouterr().out
+
+
+# --- options, presets, header and ending --------------------------------------------------------
+
+
+def _args(*argv: str) -> ppo.Args:
+    from envfleet.cli import build_parser
+    from envfleet.train.cli import build_args
+
+    return build_args(build_parser().parse_args(["train", *argv]))
+
+
+def test_help_shows_each_presets_defaults(capsys):
+    with pytest.raises(SystemExit) as exc:
+        main(["train", "--help"])
+    assert exc.value.code == 0
+    text = " ".join(capsys.readouterr().out.split())  # argparse wraps lines
+    for option in ("--num-steps", "--num-minibatches", "--update-epochs", "--gamma",
+                   "--gae-lambda", "--ent-coef", "--lr", "--clip-coef"):
+        assert option in text
+    assert "steps per env per rollout (default: CartPole-v1 32, Chess-v0 16, other ids 128)" \
+        in text
+    assert "discount (default: CartPole-v1 0.98, Chess-v0 0.99, other ids 0.99)" in text
+    assert "(CartPole-v1 256, Chess-v0 2048, other ids 256 samples)" in text
+
+
+def test_generic_defaults_are_ppo_args_defaults():
+    from envfleet.train.cli import GENERIC
+
+    defaults = ppo.Args()
+    assert {k: getattr(defaults, k) for k in GENERIC} == GENERIC
+
+
+def test_ppo_options_override_the_preset():
+    args = _args("CartPole-v1", "--num-steps", "64", "--num-minibatches", "3",
+                 "--update-epochs", "5", "--gamma", "0.9", "--gae-lambda", "0.7",
+                 "--ent-coef", "0.02", "--lr", "3e-4", "--clip-coef", "0.1")
+    assert (args.num_steps, args.num_minibatches, args.update_epochs, args.gamma,
+            args.gae_lambda, args.ent_coef, args.learning_rate, args.clip_coef) == (
+        64, 3, 5, 0.9, 0.7, 0.02, 3e-4, 0.1)
+    assert _args("CartPole-v1", "--learning-rate", "2e-3").learning_rate == 2e-3
+
+
+def test_more_envs_keep_the_presets_minibatch_size():
+    default = _args("CartPole-v1")
+    assert (default.num_envs, default.num_minibatches, default.update_epochs) == (8, 1, 20)
+    wide = _args("CartPole-v1", "--num-envs", "256")
+    assert wide.num_envs * wide.num_steps / wide.num_minibatches == 256
+    assert (wide.num_minibatches, wide.update_epochs) == (32, 2)
+    assert _args("CartPole-v1", "--num-envs", "32").update_epochs == 5  # 4 x 5 = 20 steps
+    chess = _args("Chess-v0", "--num-envs", "512")
+    assert (chess.num_minibatches, chess.update_epochs) == (4, 2)
+    given = _args("CartPole-v1", "--num-envs", "256", "--num-minibatches", "2",
+                  "--update-epochs", "7")
+    assert (given.num_minibatches, given.update_epochs) == (2, 7)
+
+
+def test_header_names_the_backend_used_and_the_budget(capsys):
+    from envfleet.train.cli import header
+
+    assert main(["train", "CartPole-v1", "--total-steps", "512", "--eval-every", "0"]) == 0
+    first = capsys.readouterr().out.splitlines()[0]
+    assert "backend=numba" in first and "auto" not in first
+    assert "budget 512 steps;" in first and "target 475" in first
+    assert _args("Acrobot-v1").backend == "pool"
+    chess = " ".join(header(_args("Chess-v0")))
+    assert "budget 20,000,000 steps or 1,200 s (time limit)" in chess and "target none" in chess
+
+
+def test_solved_at_only_with_a_target_and_the_reason_to_stop(capsys):
+    assert main(["train", "Pendulum-v1", "--backend", "serial", "--num-envs", "2",
+                 "--num-steps", "64", "--total-steps", "128", "--eval-every", "0",
+                 "--eval-episodes", "2"]) == 0
+    text = capsys.readouterr().out
+    assert "solved at" not in text and "stopped after the 128-step budget" in text
+    assert main(["train", "CartPole-v1", "--total-steps", "100000", "--time-limit", "0.01",
+                 "--eval-every", "0"]) == 0
+    text = capsys.readouterr().out
+    assert "stopped at the time limit (0.01 s)" in text and "solved at never" in text
+
+
+def test_eval_of_a_policy_for_another_env_is_a_clean_error(tmp_path, capsys):
+    policy = tmp_path / "cartpole.pt"
+    assert main(["train", "CartPole-v1", *TINY, "--save", str(policy)]) == 0
+    capsys.readouterr()
+    assert main(["eval", "Acrobot-v1", "--backend", "serial", "--load", str(policy)]) == 2
+    err = capsys.readouterr().err
+    assert "trained on CartPole-v1, not Acrobot-v1" in err and "Traceback" not in err
+
+    # the same id with other spaces (another observation kind, say): both shapes named
+    import envfleet
+
+    env = envfleet.make("CartPole-v1", 1)
+    mislabelled = tmp_path / "mislabelled.pt"
+    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+             ppo.Args(env_id="Acrobot-v1"), str(mislabelled))
+    env.close()
+    assert main(["eval", "Acrobot-v1", "--backend", "serial", "--load", str(mislabelled),
+                 "--episodes", "2"]) == 2
+    err = capsys.readouterr().err
+    assert "does not fit" in err and "4 observation numbers in, 2 action outputs" in err
+    assert "(6,)" in err and "Discrete(3)" in err
+
+    garbage = tmp_path / "garbage.pt"
+    garbage.write_bytes(b"not a checkpoint")
+    assert main(["eval", "CartPole-v1", "--load", str(garbage)]) == 2
+    assert "is not a policy saved by envfleet train --save" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("env_id", "backend", "suffix"), [("CartPole-v1", "auto", ".mp4"),
+                                                           ("Acrobot-v1", "serial", ".gif")])
+def test_eval_records_a_playable_video(env_id, backend, suffix, tmp_path, capsys):
+    import imageio.v2 as imageio
+
+    policy, video = tmp_path / "policy.pt", tmp_path / f"episode{suffix}"
+    assert main(["train", env_id, "--backend", backend, "--num-envs", "2", "--num-steps", "16",
+                 "--total-steps", "32", "--eval-every", "0", "--eval-episodes", "2", "--quiet",
+                 "--save", str(policy)]) == 0
+    capsys.readouterr()
+    assert main(["eval", env_id, "--backend", backend, "--load", str(policy), "--episodes",
+                 "2", "--video", str(video), "--json", str(tmp_path / "eval.json")]) == 0
+    recorded = json.loads((tmp_path / "eval.json").read_text())["video"]
+    assert recorded["path"] == str(video) and f"video: {video}" in capsys.readouterr().out
+    frames = [frame for frame in imageio.get_reader(video)]  # decodes: a playable file
+    # (a comprehension: list() asks the mp4 reader its length, which is unknown: inf)
+    assert len(frames) == recorded["steps"] + 1 >= 2  # the reset frame, then one per step
+    assert frames[0].ndim == 3 and frames[0].shape[2] in (3, 4) and frames[0].std() > 0
+
+
+def test_eval_video_of_an_env_without_renderer_is_refused_up_front(tmp_path, capsys):
+    policy = tmp_path / "chess.pt"
+    import envfleet
+
+    env = envfleet.make("Chess-v0", 1)
+    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+             ppo.Args(env_id="Chess-v0"), str(policy))
+    env.close()
+    assert main(["eval", "Chess-v0", "--load", str(policy), "--video",
+                 str(tmp_path / "v.mp4")]) == 2
+    assert "Chess-v0 has no renderer yet" in capsys.readouterr().err

@@ -99,7 +99,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="comma list of numba thread counts to sweep "
                              "(default: the usable cores)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
-                        help="folder for <env>.jsonl, <env>.md, <env>.png "
+                        help="folder for bench-<env>-<kind>.jsonl, .md and .png, <kind> saying "
+                             "what was measured (native, executors, baselines, +threads-sweep, "
+                             "+workers-sweep), so another study never overwrites them "
                              "(default: ./%(default)s)")
     parser.add_argument(
         "--baseline-max-envs", type=_positive_int, metavar="N",
@@ -297,6 +299,26 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
     return points, [(label, backend) for label, backend, _, _ in series]
 
 
+def study_name(env_id: str, backends: list[str], threads: list[int],
+               num_workers: list[int] | None) -> str:
+    """``bench-<env>-<kind>``: the stem of a run's files, different for different studies.
+
+    ``kind`` names the series measured (``native`` backends, ``executors``, else ``baselines``
+    alone) and the sweeps (``threads-sweep``: several numba thread counts; ``workers-sweep``:
+    several pool worker counts), so e.g. the default CartPole run and a pool study written to
+    the same folder keep their own files; the same study run again replaces its own.
+    """
+    families = (("native", NATIVE_BACKENDS), ("executors", EXECUTOR_BACKENDS))
+    kinds = [kind for kind, names in families
+             if any(b in names for b in backends)] or ["baselines"]
+    if "numba" in backends and len(threads) > 1:
+        kinds.append("threads-sweep")
+    if "pool" in backends and num_workers and len(num_workers) > 1:
+        kinds.append("workers-sweep")
+    stem = env_id.replace("/", "_").replace(":", "_")
+    return f"bench-{stem}-{'-'.join(kinds)}"
+
+
 def default_baseline_max_envs(env_id: str) -> int:
     """``--baseline-max-envs``'s default for ``env_id``."""
     return chess.PYTHON_PEER_MAX_ENVS if chess.is_chess(env_id) else PYTHON_LOOP_MAX_ENVS
@@ -325,10 +347,11 @@ def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[
 
 
 def _worker_env(spec: PointSpec) -> dict[str, str]:
-    """The worker's environment: numba's pool must be large enough for the threads asked."""
+    """The worker's environment: numba's pool must be large enough for the threads asked;
+    no first-compile notice (the bench reports compile time apart)."""
     import numba
 
-    env = dict(os.environ)
+    env = {**os.environ, "ENVFLEET_QUIET": "1"}
     if spec.threads and spec.threads > numba.config.NUMBA_NUM_THREADS:
         env["NUMBA_NUM_THREADS"] = str(spec.threads)
     return env
@@ -418,7 +441,8 @@ def run(args: argparse.Namespace) -> int:
            for b in backends if b not in NATIVE_BACKENDS):
         settings.update(num_workers=args.num_workers, process_max_envs=args.process_max_envs)
     args.out.mkdir(parents=True, exist_ok=True)
-    stem = env_id.replace("/", "_").replace(":", "_")
+    stem = study_name(env_id, backends, threads, args.num_workers)
+    settings["study"] = stem
     jsonl = JsonLines(args.out / f"{stem}.jsonl", {**info, "settings": settings})
 
     console.print(f"[bold]envfleet bench[/] {env_id}: {', '.join(series)} at num_envs "

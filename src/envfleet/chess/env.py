@@ -340,6 +340,7 @@ SPEC = NativeEnvSpec(
     vector_env_class=_vector_env_class,
     backends=("numba", "cuda"),
     parallel_min_envs=128,  # a ply costs ~1 us: threads pay off well below CartPole's 512
+    compile_seconds=15.0,  # move generation, rules and the opponent: a large kernel
 )
 _PLANES_SPEC = replace(SPEC, observation_space=_planes_space())
 

@@ -307,6 +307,11 @@ class ExecutorVectorEnv(VectorEnv):
         with self._guard(f"call({name!r})", needs_reset=False):
             return tuple(self._call_envs(name, args, kwargs))
 
+    def render(self) -> tuple[Any, ...]:
+        """Every env's ``render()`` in env order, as Gymnasium's ``SyncVectorEnv.render``
+        (frames with ``render_mode="rgb_array"`` given to ``make``)."""
+        return self.call("render")
+
     def get_attr(self, name: str) -> tuple[Any, ...]:
         """Each env's attribute ``name`` (through wrappers)."""
         return self.call(name)

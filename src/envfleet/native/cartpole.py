@@ -207,6 +207,26 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     _write_obs_torch(state, obs)
 
 
+class CartPoleRenderer:
+    """Gymnasium's own ``CartPoleEnv.render`` drawing any state row (the same frames)."""
+
+    fps = 50  # CartPoleEnv.metadata["render_fps"]
+
+    def __init__(self, params: CartPoleParams) -> None:
+        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
+
+        self.env = CartPoleEnv(render_mode="rgb_array")
+        self.env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
+
+    def draw(self, row: dict[str, Any]) -> np.ndarray:
+        self.env.state = np.array([row["x"], row["x_dot"], row["theta"], row["theta_dot"]],
+                                  dtype=np.float64)
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
 SPEC = NativeEnvSpec(
     id="CartPole-v1",
     observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
@@ -220,4 +240,5 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="CartPole-v1",
     description="cart-pole balancing (Gymnasium's CartPoleEnv, float64 Euler)",
+    renderer=CartPoleRenderer,
 )

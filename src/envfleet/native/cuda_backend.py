@@ -32,6 +32,7 @@ from envfleet.native.driver import (
     refused_step_error,
     valid_actions,
 )
+from envfleet.native.jit import announce_compile
 from envfleet.native.numba_backend import as_numpy_actions
 from envfleet.native.spec import NativeEnvSpec
 
@@ -136,7 +137,8 @@ class CudaEngine:
         self.kernel_params = spec.kernel_params(params) if spec.kernel_params else params
         self.threads_per_block = threads_per_block
         self._grid = ((num_envs + threads_per_block - 1) // threads_per_block, threads_per_block)
-        self._validate, self._step, self._reset = compile_kernels(spec, mode)
+        self._kernels = compile_kernels(spec, mode)
+        self._validate, self._step, self._reset = self._kernels
 
         fmt = action_format(spec.action_space)
         # Lookup constants go in as arguments: arrays (Box bounds) as device arrays.
@@ -189,8 +191,10 @@ class CudaEngine:
     def _launch(self) -> tuple:
         """Launch configuration on torch's current stream, so kernels and the torch copies of
         actions and outputs are ordered even inside a user's ``torch.cuda.stream(...)``."""
-        if SIMULATOR:
+        if SIMULATOR:  # nothing compiles: the simulator runs the kernels as Python
             return self._grid
+        # the first launch of a kernel set compiles it (lazily, for these argument types)
+        announce_compile(self._kernels, self.spec.id, "cuda", self.spec.compile_seconds)
         stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
         return (*self._grid, stream)
 

@@ -35,6 +35,7 @@ from envfleet.native.driver import (
     refused_step_error,
     valid_actions,
 )
+from envfleet.native.jit import announce_compile
 from envfleet.native.spec import NativeEnvSpec
 
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
@@ -168,8 +169,8 @@ class NumbaEngine:
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
         self._parallel = num_threads > 1 and num_envs >= min_envs
-        step_serial, step_parallel, self._reset = compile_kernels(spec, mode,
-                                                                  self.kernel_params)
+        self._kernels = compile_kernels(spec, mode, self.kernel_params)
+        step_serial, step_parallel, self._reset = self._kernels
         self._step = step_parallel if self._parallel else step_serial
         self._chunks = num_threads * CHUNKS_PER_THREAD
         self._entry_points: dict[Any, Any] = {}
@@ -190,8 +191,11 @@ class NumbaEngine:
         entry = self._entry_points.get(kernel)
         if entry is not None:
             return entry(*args)
-        result = kernel(*args)
         signature = tuple(numba.typeof(a) for a in args)
+        if signature not in kernel.overloads:  # this call compiles: say so (once per set)
+            announce_compile((self._kernels, self._parallel), self.spec.id, "numba",
+                             self.spec.compile_seconds)
+        result = kernel(*args)
         self._entry_points[kernel] = kernel.overloads[signature].entry_point
         return result
 

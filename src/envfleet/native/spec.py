@@ -70,6 +70,12 @@ class NativeEnvSpec:
     #: numba: the fewest envs stepped by the parallel kernel (None: the backend's default,
     #: tuned for cheap steps; an env family with microsecond steps gains from threads sooner)
     parallel_min_envs: int | None = None
+    #: seconds a first compile usually takes (numba, 2 cores): the first-compile notice's hint
+    compile_seconds: float = 2.0
+    #: draws an env from its state with the reference env's own renderer:
+    #: ``renderer(params)`` -> an object with ``fps``, ``draw(row) -> RGB array`` (``row``:
+    #: state column name -> that env's value) and ``close()``; None: the family cannot render
+    renderer: Callable[[tuple], Any] | None = None
 
     @functools.cached_property
     def state_type(self) -> type:

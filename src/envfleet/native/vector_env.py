@@ -125,6 +125,10 @@ class NativeVectorEnv(VectorEnv):
         self.copy = copy
         self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
         self.render_mode = None
+        self._renderer: Any = None
+        if spec.renderer is not None:  # frames are drawn from the state on demand: always on
+            self.metadata.update(render_modes=["rgb_array"], render_fps=spec.renderer.fps)
+            self.render_mode = "rgb_array"
         self.single_observation_space = spec.observation_space
         self.single_action_space = spec.action_space
         self.observation_space = batch_space(spec.observation_space, num_envs)
@@ -196,11 +200,34 @@ class NativeVectorEnv(VectorEnv):
         return (self._out(e.obs), self._out(e.rewards), self._out(e.terminated),
                 self._out(e.truncated), info)
 
+    def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
+        """Every env's frame (RGB array), as Gymnasium's ``SyncVectorEnv.render``; drawn by
+        the reference env's own renderer from each env's state. ``env_indices``: only those
+        envs' frames (a 600 x 400 frame is 720 KB: with thousands of envs, pick a few)."""
+        self._check_open()
+        if self._renderer is None:
+            if self.native_spec.renderer is None:
+                raise NotImplementedError(f"{self.native_spec.id} has no renderer")
+            self._renderer = self.native_spec.renderer(self.engine.params)
+        if not self._has_reset:
+            raise RuntimeError("call reset() before render()")
+        indices = range(self.num_envs) if env_indices is None else env_indices
+        columns = {name: getattr(self.engine.state, name) for name in self.native_spec.state}
+        frames = []
+        for i in indices:
+            if not 0 <= i < self.num_envs:
+                raise IndexError(f"env index {i} out of range for num_envs={self.num_envs}")
+            row = {name: _host(column[i]) for name, column in columns.items()}
+            frames.append(self._renderer.draw(row))
+        return tuple(frames)
+
     def close_extras(self, **kwargs: Any) -> None:
-        """Release the engine (idempotent)."""
+        """Release the engine and the renderer (idempotent)."""
         if not self._closed:
             self._closed = True
             self.engine.close()
+            if self._renderer is not None:
+                self._renderer.close()
 
     def _out(self, array: Any) -> Any:
         return self.engine.copy(array) if self.copy else array
@@ -212,3 +239,10 @@ class NativeVectorEnv(VectorEnv):
     def __repr__(self) -> str:
         return (f"NativeVectorEnv({self.native_spec.id}, num_envs={self.num_envs}, "
                 f"backend={self.backend!r})")
+
+
+def _host(value: Any) -> Any:
+    """A state value on the host: a NumPy scalar or array (a tensor is copied off its device)."""
+    if hasattr(value, "detach"):
+        value = value.detach().cpu().numpy()
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value

@@ -24,9 +24,10 @@ PRESETS: dict[str, dict[str, Any]] = {
     # 0.98, lambda 0.8, lr 1e-3, no entropy bonus): the fewest gradient steps to a solved policy
     # we found; small batches keep each step cheap on CPU. A cheap batched evaluation every
     # 1024 steps (a failing one stops as soon as 475 is out of reach).
+    # The budget is a cap (8 envs solve in ~13-22k steps; 256 envs in 115-197k).
     "CartPole-v1": dict(num_envs=8, num_steps=32, num_minibatches=1, update_epochs=20,
                         learning_rate=1e-3, anneal_lr=False, gamma=0.98, gae_lambda=0.8,
-                        ent_coef=0.0, total_steps=200_000, eval_every=1024,
+                        ent_coef=0.0, total_steps=500_000, eval_every=1024,
                         target_return=475.0, max_episode_return=500.0),
     # masked policy against the random opponent: reward +1 win, 0 draw, -1 loss at the end
     # the 4672-way policy head dominates the cost: a 128-wide MLP, few epochs
@@ -37,6 +38,12 @@ PRESETS: dict[str, dict[str, Any]] = {
                      time_limit=1200.0,
                      env_kwargs={"opponent": "random", "observation": "planes"}),
 }
+#: ``ppo.Args``'s defaults (CleanRL's PPO) for ids without a preset, for ``--help`` (which
+#: must not import torch); tests check they match ``ppo.Args``
+GENERIC: dict[str, Any] = dict(num_envs=8, num_steps=128, num_minibatches=4, update_epochs=4,
+                               learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
+                               clip_coef=0.2, total_steps=500_000, eval_every=10_000,
+                               eval_episodes=100, time_limit=None)
 LOG_EVERY_S = 1.0
 
 
@@ -83,30 +90,99 @@ def _positive_float(text: str) -> float:
     return value
 
 
+def _fraction(text: str) -> float:
+    value = float(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def _non_negative_float(text: str) -> float:
+    value = float(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    return value
+
+
+def _show(value: Any) -> str:
+    if value is None:
+        return "none"
+    return f"{value:,}" if isinstance(value, int) and not isinstance(value, bool) else f"{value:g}"
+
+
+def preset_defaults(key: str) -> str:
+    """``key``'s default in each preset and for other ids, for ``--help``."""
+    shown = [f"{name} {_show(values.get(key, GENERIC[key]))}" for name, values in PRESETS.items()]
+    return "default: " + ", ".join([*shown, f"other ids {_show(GENERIC[key])}"])
+
+
+def minibatch_sizes() -> str:
+    """Each preset's minibatch size (samples per gradient step), for ``--help``."""
+    sizes = [f"{name} {_minibatch_size({**GENERIC, **values})}"
+             for name, values in PRESETS.items()]
+    return ", ".join([*sizes, f"other ids {_minibatch_size(GENERIC)}"])
+
+
+def _minibatch_size(settings: dict[str, Any]) -> int:
+    return settings["num_envs"] * settings["num_steps"] // settings["num_minibatches"]
+
+
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
-    """The ``train`` subcommand's options."""
+    """The ``train`` subcommand's options (defaults: the env's preset, shown per preset)."""
+    parser.epilog = ("Each env id has a preset (CartPole-v1, Chess-v0: tuned; other ids: "
+                     "CleanRL's PPO defaults with Gymnasium's reward_threshold as the target); "
+                     "an option given overrides it. Minibatches keep the preset's size as "
+                     "--num-envs or --num-steps change (" + minibatch_sizes() + " samples), "
+                     "so more envs mean more minibatches, not larger ones; then epochs drop "
+                     "(to 2 at least) to keep about the preset's gradient steps per rollout.")
     parser.add_argument("env", metavar="ENV", help="env id (native, e.g. CartPole-v1, or any "
                                                   "Gymnasium id with an executor backend)")
     parser.add_argument("--backend", default="auto",
                         help="numba, torch, cuda (native ids); serial, subprocess, pool "
                              "(any id). Default: numba for native ids, pool otherwise")
-    parser.add_argument("--num-envs", type=_positive_int, help="envs in the training batch")
-    parser.add_argument("--num-steps", type=_positive_int, help="steps per env per rollout")
-    parser.add_argument("--total-steps", type=_positive_int, help="env steps budget")
+    parser.add_argument("--num-envs", type=_positive_int,
+                        help=f"envs in the training batch ({preset_defaults('num_envs')})")
+    parser.add_argument("--num-steps", type=_positive_int,
+                        help=f"steps per env per rollout ({preset_defaults('num_steps')})")
+    parser.add_argument("--num-minibatches", type=_positive_int,
+                        help="minibatches per epoch (default: num_envs x num_steps / the "
+                             "preset's minibatch size, see below: "
+                             + preset_defaults("num_minibatches").removeprefix("default: ")
+                             + " at the preset's num_envs and num_steps)")
+    parser.add_argument("--update-epochs", type=_positive_int,
+                        help="passes over each rollout (default: fewer as minibatches grow, "
+                             "see below: "
+                             + preset_defaults("update_epochs").removeprefix("default: ")
+                             + " at the preset's num_envs and num_steps)")
+    parser.add_argument("--lr", "--learning-rate", dest="learning_rate", type=_positive_float,
+                        help=f"Adam's step size ({preset_defaults('learning_rate')})")
+    parser.add_argument("--gamma", type=_fraction,
+                        help=f"discount ({preset_defaults('gamma')})")
+    parser.add_argument("--gae-lambda", type=_fraction,
+                        help=f"GAE's lambda ({preset_defaults('gae_lambda')})")
+    parser.add_argument("--ent-coef", type=_non_negative_float,
+                        help=f"entropy bonus ({preset_defaults('ent_coef')})")
+    parser.add_argument("--clip-coef", type=_positive_float,
+                        help=f"policy ratio clip ({preset_defaults('clip_coef')})")
+    parser.add_argument("--total-steps", type=_positive_int,
+                        help=f"env steps budget ({preset_defaults('total_steps')})")
     parser.add_argument("--seed", type=_seed, default=1, help="seed (default: %(default)s)")
     parser.add_argument("--target-return", type=float,
-                        help="stop once a greedy 100-episode evaluation reaches this mean "
-                             "return (default: the preset's, or Gymnasium's reward_threshold)")
+                        help="stop once a greedy evaluation reaches this mean return ("
+                             + ", ".join(f"{name} {_show(values.get('target_return'))}"
+                                         for name, values in PRESETS.items())
+                             + ", other ids Gymnasium's reward_threshold)")
     parser.add_argument("--keep-going", action="store_true",
                         help="keep training after the target is reached")
     parser.add_argument("--time-limit", type=_positive_float, metavar="SEC",
-                        help="stop after SEC seconds of training (evaluations included)")
+                        help="stop after SEC seconds of training, evaluations included "
+                             f"({preset_defaults('time_limit')})")
     parser.add_argument("--eval-every", type=int, metavar="STEPS",
-                        help="env steps between greedy evaluations (0: only at the end)")
+                        help="env steps between greedy evaluations, 0: only at the end "
+                             f"({preset_defaults('eval_every')})")
     parser.add_argument("--eval-episodes", type=_positive_int,
-                        help="episodes per evaluation, played at once (default: 100; "
-                             "Chess-v0: 1000)")
-    parser.add_argument("--learning-rate", type=_positive_float, help="Adam's step size")
+                        help="episodes per evaluation, played at once "
+                             f"({preset_defaults('eval_episodes')})")
     parser.add_argument("--torch-threads", type=_positive_int,
                         help="torch intra-op threads (default: 1)")
     parser.add_argument("--device", help="torch device of the agent (default: cpu)")
@@ -136,6 +212,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--agent-color", choices=("white", "black", "alternate"),
                         help="Chess-v0: the colour the agent plays (default: white)")
     parser.add_argument("--json", type=Path, metavar="PATH", help="write the result here")
+    parser.add_argument("--video", type=Path, metavar="PATH",
+                        help="also record one episode (env 0, seeded --seed) to PATH: .mp4 "
+                             "(or any format ffmpeg writes) or .gif; needs envfleet[video]")
     parser.set_defaults(func=run_eval)
 
 
@@ -143,15 +222,26 @@ def build_args(options: argparse.Namespace) -> Any:
     """``ppo.Args`` from the preset of ``options.env`` and the flags given."""
     from envfleet.train.ppo import Args
 
-    settings = preset(options.env)
-    settings.update(env_id=options.env, backend=options.backend, seed=options.seed)
-    flags = {"num_envs": options.num_envs, "num_steps": options.num_steps,
-             "total_steps": options.total_steps, "target_return": options.target_return,
-             "time_limit": options.time_limit, "eval_every": options.eval_every,
-             "eval_episodes": options.eval_episodes,
-             "learning_rate": options.learning_rate, "torch_threads": options.torch_threads,
-             "device": options.device}
+    settings = {**GENERIC, **preset(options.env)}
+    minibatch_size = _minibatch_size(settings)
+    epochs, gradient_steps = (settings["update_epochs"],
+                              settings["update_epochs"] * settings["num_minibatches"])
+    settings.update(env_id=options.env, backend=resolve_backend(options.env, options.backend),
+                    seed=options.seed)
+    flags = {key: getattr(options, key, None) for key in (
+        "num_envs", "num_steps", "num_minibatches", "update_epochs", "learning_rate", "gamma",
+        "gae_lambda", "ent_coef", "clip_coef", "total_steps", "target_return", "time_limit",
+        "eval_every", "eval_episodes", "torch_threads", "device")}
     settings.update({k: v for k, v in flags.items() if v is not None})
+    # more envs: more minibatches of the preset's size, and fewer epochs (2 at least) to keep
+    # about the preset's gradient steps per rollout (CartPole at 256 envs: 20 epochs over 32
+    # minibatches did not solve in 200k steps, 2 epochs solved in 115-197k; seeds 1-3)
+    if flags["num_minibatches"] is None:
+        batch = settings["num_envs"] * settings["num_steps"]
+        settings["num_minibatches"] = max(1, round(batch / minibatch_size))
+    if flags["update_epochs"] is None:
+        settings["update_epochs"] = min(epochs, max(2, round(gradient_steps
+                                                             / settings["num_minibatches"])))
     if options.keep_going:
         settings["stop_at_target"] = False
     for key in ("opponent", "agent_color"):
@@ -159,6 +249,15 @@ def build_args(options: argparse.Namespace) -> Any:
             settings.setdefault("env_kwargs", {})[key] = getattr(options, key)
     known = {f.name for f in fields(Args)}
     return Args(**{k: v for k, v in settings.items() if k in known})
+
+
+def resolve_backend(env_id: str, backend: str) -> str:
+    """The backend ``make`` runs for ``backend`` ("auto": numba for native ids, else pool)."""
+    from envfleet.registry import _native_name  # make()'s own lookup
+
+    if backend != "auto":
+        return backend
+    return "numba" if _native_name(env_id) is not None else "pool"
 
 
 def _check_env(env_id: str, backend: str) -> None:
@@ -211,9 +310,8 @@ def run_train(options: argparse.Namespace) -> int:
 
     args = build_args(options)
     console = Console(quiet=options.quiet, highlight=False)
-    console.print(f"[bold]envfleet train[/bold] {args.env_id} backend={args.backend} "
-                  f"num_envs={args.num_envs} total_steps={args.total_steps:,} seed={args.seed} "
-                  f"target={_fmt(args.target_return)}", soft_wrap=True)
+    for line in header(args):
+        console.print(line, soft_wrap=True)
     bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                    console=console, auto_refresh=False, disable=options.quiet, transient=True)
@@ -249,11 +347,7 @@ def run_train(options: argparse.Namespace) -> int:
         raise
     load = background_load(cpu_before, cpu_seconds(), time.perf_counter() - t0)
 
-    solved = ("never (within the budget)" if summary.solved_at_s is None else
-              f"{summary.solved_at_s:.2f} s ({summary.solved_at_steps:,} steps)")
-    console.print(f"[bold]solved at[/bold] {solved}; compile {summary.compile_s:.2f} s (apart); "
-                  f"final greedy eval {_fmt(summary.final_eval_return)} over "
-                  f"{summary.final_eval['episodes']} episodes", soft_wrap=True)
+    console.print(ending(args, summary), soft_wrap=True)
     console.print(f"steps/s: env-only {_rate(summary.sps_env)}, ideal {_rate(summary.sps_ideal)}"
                   f", end-to-end {_rate(summary.sps_end_to_end)} (efficiency "
                   f"{summary.efficiency:.2f}); time: {_breakdown(summary.times)}; "
@@ -279,6 +373,40 @@ def run_train(options: argparse.Namespace) -> int:
         ppo.save(agent, args, str(options.save))
         console.print(f"policy: {options.save}")
     return 0
+
+
+def header(args: Any) -> list[str]:
+    """The run's first lines: env, the backend actually used, budget, target, PPO's knobs."""
+    budget = f"{args.total_steps:,} steps"
+    if args.time_limit is not None:
+        budget += f" or {args.time_limit:,g} s (time limit), whichever comes first"
+    minibatch = math.ceil(args.num_envs * args.num_steps / args.num_minibatches)
+    return [f"[bold]envfleet train[/bold] {args.env_id} backend={args.backend} "
+            f"num_envs={args.num_envs} seed={args.seed}; budget {budget}; target "
+            + ("none" if args.target_return is None else f"{args.target_return:g} (greedy "
+               f"{args.eval_episodes}-episode mean, evaluated every {args.eval_every:,} steps)"),
+            f"ppo: {args.num_steps} steps x {args.num_envs} envs per rollout, "
+            f"{args.num_minibatches} minibatch{'es' if args.num_minibatches > 1 else ''} of "
+            f"{minibatch} x {args.update_epochs} epochs, lr {args.learning_rate:g}"
+            f"{' (annealed)' if args.anneal_lr else ''}, gamma {args.gamma:g}, gae_lambda "
+            f"{args.gae_lambda:g}, ent_coef {args.ent_coef:g}, clip_coef {args.clip_coef:g}"]
+
+
+def ending(args: Any, summary: Any) -> str:
+    """Why training stopped, when it reached the target (if it has one), the final eval."""
+    if summary.stop_reason == "target":
+        stopped = "at the target"
+    elif summary.stop_reason == "time limit":
+        stopped = f"at the time limit ({args.time_limit:,g} s)"
+    else:
+        stopped = f"after the {args.total_steps:,}-step budget"
+    text = f"[bold]stopped[/bold] {stopped} in {summary.wall_s:.2f} s"
+    if args.target_return is not None:
+        solved = ("never (within the budget)" if summary.solved_at_s is None else
+                  f"{summary.solved_at_s:.2f} s ({summary.solved_at_steps:,} steps)")
+        text += f"; [bold]solved at[/bold] {solved}"
+    return (text + f"; compile {summary.compile_s:.2f} s (apart); final greedy eval "
+            f"{_fmt(summary.final_eval_return)} over {summary.final_eval['episodes']} episodes")
 
 
 def plot_curve(runs: list[dict[str, Any]], path: Path, target: float | None,
@@ -345,6 +473,16 @@ def run_eval(options: argparse.Namespace) -> int:
     from envfleet.train import ppo
 
     name = _env_name(options.env)
+    try:  # the checkpoint first: a policy of another env is refused before anything runs
+        saved = ppo.read_checkpoint(str(options.load))
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if _env_name(saved["args"]["env_id"]) != name:
+        raise CommandError(f"{options.load} was trained on {saved['args']['env_id']}, not "
+                           f"{options.env}: evaluate it with envfleet eval "
+                           f"{saved['args']['env_id']} --load {options.load}")
+    if options.video:
+        _check_video(options.env, options.video)
     episodes = options.episodes or (1000 if name == "Chess-v0" else 100)
     kwargs = dict(preset(options.env).get("env_kwargs", {}))
     for key in ("opponent", "agent_color"):
@@ -356,10 +494,11 @@ def run_eval(options: argparse.Namespace) -> int:
                             copy=False, **kwargs)
     except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError, ValueError) as error:
         raise CommandError(str(error)) from None
-    agent, saved = ppo.load(str(options.load), env)
-    if _env_name(saved["env_id"]) != name:
+    try:
+        agent = ppo.agent_from(saved, env)
+    except ValueError as error:
         env.close()
-        raise CommandError(f"{options.load} was trained on {saved['env_id']}, not {options.env}")
+        raise CommandError(f"{options.load}: {error}") from None
     obs, _ = env.reset(seed=options.seed)
     result = ppo.evaluate(env, agent, options.seed, torch.device("cpu"),
                           isinstance(obs, torch.Tensor),
@@ -379,10 +518,82 @@ def run_eval(options: argparse.Namespace) -> int:
         line += (f"; win {out['win_rate']:.3f} draw {out['draw_rate']:.3f} "
                  f"loss {out['loss_rate']:.3f}")
     print(line)
+    if options.video:
+        steps, total = record_episode(options, agent, kwargs)
+        out["video"] = {"path": str(options.video), "steps": steps, "return": total}
+        print(f"video: {options.video} ({steps} steps, return {total:g})")
     if options.json:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+VIDEO_EXTRA = "pip install 'envfleet[video]'"
+
+
+def _check_video(env_id: str, path: Path) -> None:
+    """Refuse ``--video`` up front when the env cannot render or the writer is missing."""
+    from envfleet.registry import NATIVE_ENVS, _native_name
+
+    native = _native_name(env_id)
+    if native is not None and NATIVE_ENVS[native].renderer is None:
+        raise CommandError(f"{native} has no renderer yet: --video is not available for it")
+    try:
+        import imageio  # noqa: F401
+        if path.suffix.lower() != ".gif":
+            import imageio_ffmpeg  # noqa: F401
+    except ImportError as error:
+        raise CommandError(f"--video needs {error.name} ({VIDEO_EXTRA})") from None
+
+
+def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str, Any]
+                   ) -> tuple[int, float]:
+    """Play one episode on env 0 (greedy unless ``--sample``), writing each frame to
+    ``options.video`` as it is drawn; (steps, return)."""
+    import imageio.v2 as imageio
+    import numpy as np
+    import torch
+
+    import envfleet
+    from envfleet.train import ppo
+
+    backend = resolve_backend(options.env, options.backend)
+    kwargs = dict(env_kwargs)
+    if backend in envfleet.registry.EXECUTOR_BACKENDS:
+        backend = "serial"  # one env: no worker process needed
+        kwargs["render_mode"] = "rgb_array"  # Gymnasium's envs draw only when asked to
+    device = torch.device("cpu")
+    env = envfleet.make(options.env, 1, backend=backend, seed=options.seed, **kwargs)
+    fps = env.metadata.get("render_fps") or 30
+    options.video.parent.mkdir(parents=True, exist_ok=True)
+    if options.video.suffix.lower() == ".gif":
+        writer = imageio.get_writer(options.video, mode="I", duration=1000 / fps, loop=0)
+    else:  # even frame sizes for H.264's 4:2:0 (imageio resizes odd ones)
+        writer = imageio.get_writer(options.video, fps=fps, macro_block_size=2)
+    bounds = ppo.box_bounds(env.single_action_space, device)
+    steps, total = 0, 0.0
+    try:
+        obs, info = env.reset(seed=options.seed)
+        torch_actions = isinstance(obs, torch.Tensor)
+        writer.append_data(np.asarray(env.render()[0]))
+        with torch.inference_mode():
+            while True:
+                x = agent.features(ppo.as_tensor(obs, device))
+                mask = ppo.action_mask(info, device)
+                action = agent.sample(x, mask) if options.sample else agent.greedy(x, mask)
+                if bounds is not None:
+                    action = torch.clamp(action, *bounds)
+                obs, reward, terminated, truncated, info = env.step(
+                    action if torch_actions else action.numpy())
+                steps += 1
+                total += float(reward[0])
+                writer.append_data(np.asarray(env.render()[0]))  # NEXT_STEP: the final state
+                if bool(terminated[0]) or bool(truncated[0]):
+                    break
+    finally:
+        writer.close()
+        env.close()
+    return steps, total
 
 
 def outcomes(returns: Any) -> dict[str, float]:

@@ -635,6 +635,7 @@ class Summary:
     final_eval: dict[str, Any] | None
     curve: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
+    stop_reason: str  # "target", "time limit" or "steps" (the budget used up)
 
 
 def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
@@ -676,6 +677,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     curve: list[dict[str, Any]] = []
     evaluations: list[dict[str, Any]] = []
     solved_at_s = solved_at_steps = None
+    stop_reason = "steps"
     last_eval_step, steps, stats = 0, 0, {}
     last_eval: EvalResult | None = None
     start = time.perf_counter()  # moved forward by the ideal iterations: off the clock
@@ -731,8 +733,11 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                  "episodic_return": float(np.mean(recent)) if recent else None,
                  "eval_return": eval_return}
         curve.append(point)
-        stop = ((solved_at_s is not None and args.stop_at_target)
-                or (args.time_limit is not None and now >= args.time_limit))
+        if solved_at_s is not None and args.stop_at_target:
+            stop_reason = "target"
+        elif args.time_limit is not None and now >= args.time_limit:
+            stop_reason = "time limit"
+        stop = stop_reason != "steps"
         if on_progress is not None:
             on_progress(Progress(steps, now, point["episodic_return"], eval_return,
                                  steps / max(clock.seconds["env"], 1e-9), steps / train_s,
@@ -763,7 +768,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         sps_env=steps / max(clock.seconds["env"], 1e-9), sps_ideal=sps_ideal,
         sps_end_to_end=sps_e2e, efficiency=sps_e2e / sps_ideal, times=dict(clock.seconds),
         final_eval_return=last_eval.mean_return, final_eval=final_eval, curve=curve,
-        evaluations=evaluations)
+        evaluations=evaluations, stop_reason=stop_reason)
     return agent, summary
 
 
@@ -783,12 +788,45 @@ def save(agent: Agent, args: Args, path: str) -> None:
     torch.save({"args": _jsonable(asdict(args)), "state_dict": agent.state_dict()}, path)
 
 
-def load(path: str, env: Any, device: str = "cpu") -> tuple[Agent, dict[str, Any]]:
-    """An agent saved by ``save``, for ``env``'s spaces."""
-    saved = torch.load(path, map_location=device, weights_only=True)
+def read_checkpoint(path: str, device: str = "cpu") -> dict[str, Any]:
+    """What ``save`` wrote at ``path`` (its ``args`` and ``state_dict``); a ValueError saying
+    so for anything else."""
+    try:
+        saved = torch.load(path, map_location=device, weights_only=True)
+    except Exception as error:  # not a torch file, truncated, or pickled objects
+        raise ValueError(f"{path} is not a policy saved by envfleet train --save "
+                         f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+    if not (isinstance(saved, dict) and isinstance(saved.get("args"), dict)
+            and "env_id" in saved["args"] and isinstance(saved.get("state_dict"), dict)):
+        raise ValueError(f"{path} is not a policy saved by envfleet train --save "
+                         "(no args and state_dict in it)")
+    return saved
+
+
+def agent_from(saved: dict[str, Any], env: Any, device: str = "cpu") -> Agent:
+    """The agent of a checkpoint (``read_checkpoint``) for ``env``'s spaces; a ValueError
+    naming both shapes when they do not fit."""
     saved_args = saved["args"]
     agent = Agent(env.single_observation_space, env.single_action_space,
                   tuple(saved_args["hidden_sizes"]), saved_args["norm_obs"],
                   saved_args.get("activation", "tanh")).to(device)
-    agent.load_state_dict(saved["state_dict"])
-    return agent, saved_args
+    try:
+        agent.load_state_dict(saved["state_dict"])
+    except RuntimeError:
+        weights = saved["state_dict"]
+        critic = weights.get("critic.0.weight")
+        actor = [w for k, w in weights.items() if k.startswith("actor.") and k.endswith("weight")]
+        inputs = "?" if critic is None else critic.shape[1]
+        outputs = actor[-1].shape[0] if actor else "?"
+        raise ValueError(
+            f"the policy does not fit this env: it was trained on {saved_args['env_id']} "
+            f"({inputs} observation numbers in, {outputs} action outputs); this env has "
+            f"observations {env.single_observation_space} and actions "
+            f"{env.single_action_space} (another env, or other env options?)") from None
+    return agent
+
+
+def load(path: str, env: Any, device: str = "cpu") -> tuple[Agent, dict[str, Any]]:
+    """An agent saved by ``save``, for ``env``'s spaces, and its saved settings."""
+    saved = read_checkpoint(path, device)
+    return agent_from(saved, env, device), saved["args"]
