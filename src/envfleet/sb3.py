@@ -247,6 +247,9 @@ class SB3VecEnv(VecEnv):
             if set(rows) == set(range(self.num_envs)):
                 sub_envs.set_attr(attr_name, [value] * self.num_envs)
                 return
+            if hasattr(sub_envs, "set_attr_at"):  # envfleet's executors: those envs only
+                sub_envs.set_attr_at(rows, attr_name, value)
+                return
             # Gymnasium's set_attr takes every env's value: the others keep their own
             try:
                 values = list(sub_envs.get_attr(attr_name))
@@ -281,6 +284,8 @@ class SB3VecEnv(VecEnv):
             return [envs[i].get_wrapper_attr(method_name)(*method_args, **method_kwargs)
                     for i in rows]
         sub_envs = self._sub_envs()
+        if sub_envs is not None and hasattr(sub_envs, "call_at"):  # envfleet's executors
+            return list(sub_envs.call_at(rows, method_name, *method_args, **method_kwargs))
         if sub_envs is not None:
             if set(rows) != set(range(self.num_envs)):
                 raise NotImplementedError(
@@ -310,6 +315,8 @@ class SB3VecEnv(VecEnv):
         sub_envs = self._sub_envs()
         if sub_envs is None:
             return [False for _ in rows]
+        if hasattr(sub_envs, "call_at"):  # envfleet's executors: SB3's own test, in the worker
+            return list(sub_envs.call_at(rows, is_wrapped, wrapper_class))
         names = {c.__name__ for c in _subclasses(wrapper_class)}
         chains = sub_envs.call("__str__")
         return [bool(names & set(_WRAPPER_NAME.findall(chains[i]))) for i in rows]

@@ -103,3 +103,28 @@ def test_sb3_facade_answers_per_index_through_them() -> None:
     venv.set_attr("index", 7, indices=[2])
     assert venv.get_attr("index") == [0, 1, 7, 3, 4]
     venv.close()
+
+
+def _index_times(env, k: int) -> int:
+    return env.unwrapped.index * k
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_call_at_and_set_attr_at_touch_only_the_given_envs(backend) -> None:
+    """What SB3's ``indices`` need: the envs given, in the order given, the others untouched;
+    a function runs on the env in its own process."""
+    env = counting(backend)
+    env.reset(seed=0)
+    assert env.call_at([4, 0, 3], "_obs")[0][0] == 4
+    assert env.call_at([3, 1], _index_times, 10) == (30, 10)
+    env.set_attr_at([1, 4], "note", ["b", "e"])  # a new attribute, on two envs only
+    assert env.call_at([1, 4], "get_wrapper_attr", "note") == ("b", "e")
+    assert env.call(gym.Env.has_wrapper_attr, "note") == (False, True, False, False, True)
+    env.set_attr_at([2], "length", 9)
+    assert env.get_attr("length") == (3, 3, 9, 3, 3)
+    with pytest.raises(IndexError, match="no env 5"):
+        env.call_at([5], "index")
+    with pytest.raises(ValueError, match="one value per env"):
+        env.set_attr_at([0, 1], "note", ["a"])
+    assert env.call_at([], "index") == ()
+    env.close()

@@ -206,11 +206,13 @@ class ExecutorVectorEnv(VectorEnv):
     def _close_executor(self) -> None:
         raise NotImplementedError
 
-    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        """Every env's attribute ``name`` (called with the arguments when callable)."""
+    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+                   kwargs: dict[str, Any]) -> list[Any]:
+        """Envs ``rows``' attribute ``name`` (see ``call_at``), in ``rows``' order."""
         raise NotImplementedError
 
-    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
+        """Set env ``rows[k]``'s attribute ``name`` to ``values[k]``."""
         raise NotImplementedError
 
     def _resync(self) -> None:
@@ -303,9 +305,17 @@ class ExecutorVectorEnv(VectorEnv):
     def call(self, name: str, *args: Any, **kwargs: Any) -> tuple[Any, ...]:
         """Each env's ``name``: called with the arguments if callable, else its value
         (Gymnasium's ``SyncVectorEnv.call``; results in env order)."""
+        return self.call_at(None, name, *args, **kwargs)
+
+    def call_at(self, env_indices: Sequence[int] | None, name: str | Callable[..., Any],
+                *args: Any, **kwargs: Any) -> tuple[Any, ...]:
+        """``call`` on the envs ``env_indices`` only (all when None), results in that order;
+        ``name`` may also be a function, called in the env's process as ``name(env, *args,
+        **kwargs)`` (it must be picklable for process executors)."""
         self._check_in_step()
+        rows = self._env_rows(env_indices)
         with self._guard(f"call({name!r})", needs_reset=False):
-            return tuple(self._call_envs(name, args, kwargs))
+            return tuple(self._call_envs(rows, name, args, kwargs))
 
     def render(self) -> tuple[Any, ...]:
         """Every env's ``render()`` in env order, as Gymnasium's ``SyncVectorEnv.render``
@@ -318,14 +328,33 @@ class ExecutorVectorEnv(VectorEnv):
 
     def set_attr(self, name: str, values: list[Any] | tuple[Any, ...] | Any) -> None:
         """Set attribute ``name`` of every env: one value for all, or a list with one per env."""
+        self.set_attr_at(None, name, values)
+
+    def set_attr_at(self, env_indices: Sequence[int] | None, name: str,
+                    values: list[Any] | tuple[Any, ...] | Any) -> None:
+        """``set_attr`` on the envs ``env_indices`` only (all when None): one value for them
+        all, or a list with one per index; the other envs are untouched."""
         self._check_in_step()
+        rows = self._env_rows(env_indices)
         if not isinstance(values, list | tuple):
-            values = [values] * self.num_envs
-        if len(values) != self.num_envs:
-            raise ValueError(f"set_attr needs one value per env (num_envs={self.num_envs}), "
-                             f"got {len(values)}")
+            values = [values] * len(rows)
+        if len(values) != len(rows):
+            raise ValueError(f"set_attr needs one value per env ({len(rows)}), got "
+                             f"{len(values)}")
         with self._guard(f"set_attr({name!r})", needs_reset=False):
-            self._set_attr_envs(name, list(values))
+            self._set_attr_envs(rows, name, list(values))
+
+    def _env_rows(self, env_indices: Sequence[int] | None) -> list[int]:
+        """``env_indices`` as a list of valid env indices (every env when None)."""
+        if env_indices is None:
+            return list(range(self.num_envs))
+        rows = np.asarray(env_indices)
+        if rows.ndim != 1 or (rows.size and rows.dtype.kind not in "iu"):
+            raise TypeError(f"env_indices must be a 1-D sequence of ints, got {env_indices!r}")
+        bad = [int(i) for i in rows.tolist() if not 0 <= i < self.num_envs]
+        if bad:
+            raise IndexError(f"env_indices: no env {bad[0]} (num_envs={self.num_envs})")
+        return [int(i) for i in rows.tolist()]
 
     def close_extras(self, **kwargs: Any) -> None:
         """Stop the executor (idempotent): no process or shared-memory segment is left."""

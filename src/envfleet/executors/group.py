@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import traceback
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -264,13 +265,19 @@ class EnvGroup:
             raise EnvFailure(self.first + j, "make", error) from error
         return self.envs[j]
 
-    def call(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        """Each env's attribute ``name``, called with the arguments when it is callable
-        (Gymnasium's ``SyncVectorEnv.call``, through wrappers)."""
+    def call(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+             kwargs: dict[str, Any]) -> list[Any]:
+        """Local envs ``rows``' attribute ``name``, called with the arguments when it is
+        callable (Gymnasium's ``SyncVectorEnv.call``, through wrappers); a callable ``name`` is
+        called as ``name(env, *args, **kwargs)``."""
         results = []
-        for j, env in enumerate(self.envs):
+        for j in rows:
+            env = self.envs[j]
             self.current[self.slot] = self.first + j
             try:
+                if callable(name):
+                    results.append(name(env, *args, **kwargs))
+                    continue
                 attr = env.get_wrapper_attr(name) if hasattr(env, "get_wrapper_attr") \
                     else getattr(env, name)
                 results.append(attr(*args, **kwargs) if callable(attr) else attr)
@@ -280,9 +287,11 @@ class EnvGroup:
         self.current[self.slot] = -1
         return results
 
-    def set_attr(self, name: str, values: list[Any]) -> None:
-        """Set attribute ``name`` of env j to ``values[j]`` (through wrappers)."""
-        for j, (env, value) in enumerate(zip(self.envs, values, strict=True)):
+    def set_attr(self, rows: list[int], name: str, values: list[Any]) -> None:
+        """Set attribute ``name`` of local env ``rows[k]`` to ``values[k]`` (through
+        wrappers)."""
+        for j, value in zip(rows, values, strict=True):
+            env = self.envs[j]
             try:
                 if hasattr(env, "set_wrapper_attr"):
                     env.set_wrapper_attr(name, value)

@@ -136,13 +136,14 @@ class PoolVectorEnv(ProcessVectorEnv):
         self._clear_async(None)
         return result
 
-    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+                   kwargs: dict[str, Any]) -> list[Any]:
         self._check_idle(f"call {name!r}")
-        return super()._call_envs(name, args, kwargs)
+        return super()._call_envs(rows, name, args, kwargs)
 
-    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
         self._check_idle(f"set {name!r}")
-        super()._set_attr_envs(name, values)
+        super()._set_attr_envs(rows, name, values)
 
     def _check_idle(self, what: str) -> None:
         if self._in_flight.any():

@@ -18,6 +18,7 @@ again in its place instead, and every env it ran ends its episode as truncated, 
 
 from __future__ import annotations
 
+import bisect
 import contextlib
 import multiprocessing
 import os
@@ -235,6 +236,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
+        self._starts = [w.start for w in self._workers]
         self._poller = select.poll()
         self._by_fd = {}
         for w in self._workers:
@@ -526,18 +528,38 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 finals += failures
         return infos, finals
 
-    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
-        message = protocol.CALL + cloudpickle.dumps((name, args, kwargs))
-        for w in self._workers:
-            self._send(w, message, "call")
-        replies = self._gather(self._workers, "call", self.step_timeout)
-        return [value for reply in replies for value in pickle.loads(reply[1:])]
+    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+                   kwargs: dict[str, Any]) -> list[Any]:
+        owners = self._owners(rows)
+        workers = [self._workers[index] for index in owners]
+        for w in workers:
+            self._send(w, protocol.CALL + cloudpickle.dumps((owners[w.index], name, args,
+                                                              kwargs)), "call")
+        replies = self._gather(workers, "call", self.step_timeout)
+        results = {w.index: iter(pickle.loads(reply[1:]))
+                   for w, reply in zip(workers, replies, strict=True)}
+        return [next(results[self._owner_of(i).index]) for i in rows]
 
-    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
-        for w in self._workers:
-            self._send(w, protocol.SET_ATTR + cloudpickle.dumps(
-                (name, values[w.start:w.stop])), "set_attr")
-        self._gather(self._workers, "set_attr", self.step_timeout)
+    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
+        owners = self._owners(rows)
+        workers = [self._workers[index] for index in owners]
+        for w in workers:
+            mine = [v for i, v in zip(rows, values, strict=True) if self._owner_of(i) is w]
+            self._send(w, protocol.SET_ATTR + cloudpickle.dumps((owners[w.index], name, mine)),
+                       "set_attr")
+        self._gather(workers, "set_attr", self.step_timeout)
+
+    def _owner_of(self, i: int) -> Worker:
+        """The worker that runs env ``i``."""
+        return self._workers[bisect.bisect_right(self._starts, i) - 1]
+
+    def _owners(self, rows: list[int]) -> dict[int, list[int]]:
+        """Worker index -> its local rows among envs ``rows`` (in ``rows``' order)."""
+        owners: dict[int, list[int]] = {}
+        for i in rows:
+            w = self._owner_of(i)
+            owners.setdefault(w.index, []).append(i - w.start)
+        return dict(sorted(owners.items()))
 
     def _begin_batch(self) -> None:
         self._lost = {}

@@ -78,15 +78,16 @@ class SerialVectorEnv(ExecutorVectorEnv):
         except EnvFailure as failure:
             raise _error(failure) from failure.__cause__
 
-    def _call_envs(self, name: str, args: tuple, kwargs: dict[str, Any]) -> list[Any]:
+    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+                   kwargs: dict[str, Any]) -> list[Any]:
         try:
-            return self._group.call(name, args, kwargs)
+            return self._group.call(rows, name, args, kwargs)
         except EnvFailure as failure:
             raise _error(failure) from failure.__cause__
 
-    def _set_attr_envs(self, name: str, values: list[Any]) -> None:
+    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
         try:
-            self._group.set_attr(name, values)
+            self._group.set_attr(rows, name, values)
         except EnvFailure as failure:
             raise _error(failure) from failure.__cause__
 

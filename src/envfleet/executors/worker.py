@@ -13,11 +13,12 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   reset each env on its next step) or ``"reset"`` (SAME_STEP).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
-  ``b"c"`` close; ``b"m" + cloudpickle((name, args, kwargs))`` call (or get) an attribute of
-  every env, answered ``b"R" + pickle(results)``; ``b"t" + cloudpickle((name, values))`` set
-  one, answered ``b"k"`` (both always on the worker's own pipe); ``b"y" + token`` (after the
-  parent was interrupted mid-call): drop the envs queued by async sends and answer ``b"Y" +
-  token``, so the parent knows every earlier answer has arrived and can drop them.
+  ``b"c"`` close; ``b"m" + cloudpickle((rows, name, args, kwargs))`` call (or get) an
+  attribute of the envs at these local rows, answered ``b"R" + pickle(results)``; ``b"t" +
+  cloudpickle((rows, name, values))`` set one, answered ``b"k"`` (both always on the worker's
+  own pipe); ``b"y" + token`` (after the parent was interrupted mid-call): drop the envs
+  queued by async sends and answer ``b"Y" + token``, so the parent knows every earlier answer
+  has arrived and can drop them.
 - results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
   None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
@@ -60,8 +61,8 @@ CLOSE = b"c"
 SEND = b"a"  # async: step these envs (int64 global ids follow), each reported as it finishes
 DONE = b"d"  # async: this env (int64 global id follows) finished its step, no info
 DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info) follow
-CALL = b"m"  # cloudpickled (name, args, kwargs): call / get an attribute of every env
-SET_ATTR = b"t"  # pickled (name, values): set an attribute of every env
+CALL = b"m"  # cloudpickled (rows, name, args, kwargs): call / get an attribute of these envs
+SET_ATTR = b"t"  # cloudpickled (rows, name, values): set an attribute of these envs
 RESULT = b"R"  # pickled list: the result of CALL, one per env
 SYNC = b"y"  # 8-byte token: drop the async queue, echo SYNCED + token (after an interrupted call)
 SYNCED = b"Y"
@@ -242,8 +243,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     mask, seeds, options = pickle.loads(message[1:])
                     infos, finals = group.reset(mask, seeds, options), []
                 elif command == CALL:
-                    name, args, kwargs = cloudpickle.loads(message[1:])
-                    results = group.call(name, args, kwargs)
+                    rows, name, args, kwargs = cloudpickle.loads(message[1:])
+                    results = group.call(rows, name, args, kwargs)
                     try:
                         reply = RESULT + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
                     except Exception as error:
@@ -252,8 +253,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                             f"{error}")) from error
                     infos = finals = []
                 elif command == SET_ATTR:
-                    name, values = cloudpickle.loads(message[1:])
-                    group.set_attr(name, values)
+                    rows, name, values = cloudpickle.loads(message[1:])
+                    group.set_attr(rows, name, values)
                     infos = finals = []
                 elif command == CLOSE:
                     return
