@@ -210,3 +210,41 @@ class BoolActionEnv(gym.Env):
     def step(self, action):
         assert self.action_space.contains(action), action
         return action.astype(np.int8), float(action.sum()), False, False, {}
+
+
+class AnySpace(spaces.Space):
+    """A user's own space (no fixed-size form): any str of up to 3 letters 'a'..'c'."""
+
+    def sample(self, mask=None, probability=None) -> str:
+        return "abc"[: int(self.np_random.integers(0, 4))]
+
+    def contains(self, x) -> bool:
+        return isinstance(x, str) and len(x) <= 3 and set(x) <= set("abc")
+
+    def __eq__(self, other) -> bool:
+        return isinstance(other, AnySpace)
+
+    __hash__ = spaces.Space.__hash__
+
+
+class EchoEnv(gym.Env):
+    """Observation and action in the same ``space``: reset gives a seeded sample, a step gives
+    back its action; episodes end (terminated) every ``length`` steps. Infos carry ``t``."""
+
+    def __init__(self, space: spaces.Space, length: int = 3) -> None:
+        import copy
+
+        self.observation_space = self.action_space = copy.deepcopy(space)  # (its own RNG)
+        self.length = length
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        if seed is not None:
+            self.observation_space.seed(seed)
+        self.t = 0
+        return self.observation_space.sample(), {"t": 0}
+
+    def step(self, action):
+        self.t += 1
+        return action, float(self.t), self.t >= self.length, False, {"t": self.t}

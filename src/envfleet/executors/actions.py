@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from envfleet.executors.shared_memory import LEAF_SPACES
 from envfleet.native.driver import check_action_batch, describe_bad_action, refused_step_error
 
 #: (actions in the space's dtypes, the first refused env or None, that env's message)
@@ -96,8 +97,30 @@ def _check_leaf(space: spaces.Space, actions: Any, num_envs: int, path: str) -> 
                               f"{_refusal(space, arr[bad].tolist())}")
 
 
+def _check_values(space: spaces.Space, actions: Any, num_envs: int, path: str) -> Checked:
+    """A batch for a space without a fixed-size form (``Text``, ``Graph``, ``Sequence``,
+    ``OneOf``, a user's own): ``num_envs`` values, as Gymnasium batches them (a tuple), each
+    in ``space``."""
+    if isinstance(actions, str | bytes | Mapping) or not isinstance(
+            actions, tuple | list | np.ndarray):
+        raise TypeError(f"actions{path} must be a batch of {num_envs} actions of {space} (a "
+                        f"tuple), got {_show(actions)}")
+    values = list(actions)
+    if len(values) != num_envs:
+        raise ValueError(f"actions{path} must hold num_envs={num_envs} actions of {space}, "
+                         f"got {len(values)}")
+    bad = next((i for i, v in enumerate(values) if not space.contains(v)), None)
+    if bad is None:
+        return tuple(values), None, None
+    at = f" at actions{path}" if path else ""
+    return tuple(values), bad, lambda: (f"invalid action for env {bad}{at}: "
+                                        f"{_show(values[bad])} is not in {space}")
+
+
 def _check(space: spaces.Space, actions: Any, num_envs: int, path: str = "") -> Checked:
     """Check a batch for ``space``; Dict and Tuple batches leaf by leaf."""
+    if not isinstance(space, (spaces.Dict, spaces.Tuple, *LEAF_SPACES)):
+        return _check_values(space, actions, num_envs, path)
     if not isinstance(space, spaces.Dict | spaces.Tuple):
         return _check_leaf(space, actions, num_envs, path)
     is_dict = isinstance(space, spaces.Dict)

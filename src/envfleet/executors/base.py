@@ -23,8 +23,8 @@ from envfleet.executors.group import Infos
 from envfleet.executors.outputs import BadEnvOutput
 from envfleet.executors.shared_memory import (
     BufferLayout,
-    check_supported,
-    copy_batched,
+    assign_rows,
+    export,
     final_obs_info,
     leaves,
     nest,
@@ -130,18 +130,6 @@ def buffer_layout(observation_space: spaces.Space, action_space: spaces.Space, r
     return BufferLayout.of(arrays)
 
 
-def assign_batched(dst: Any, src: Any) -> None:
-    """Copy a batched value into the buffers ``dst`` (same structure)."""
-    if isinstance(dst, dict):
-        for key, sub in dst.items():
-            assign_batched(sub, src[key])
-    elif isinstance(dst, tuple):
-        for k, sub in enumerate(dst):
-            assign_batched(sub, src[k])
-    else:
-        dst[...] = src
-
-
 class ExecutorVectorEnv(VectorEnv):
     """Gymnasium's ``VectorEnv`` over N Gymnasium envs run by an executor.
 
@@ -171,8 +159,6 @@ class ExecutorVectorEnv(VectorEnv):
     def _setup(self, observation_space: spaces.Space, action_space: spaces.Space,
                env_metadata: dict[str, Any] | None, render_mode: str | None) -> BufferLayout:
         """Record the single-env spaces; return the layout of the batch buffers."""
-        check_supported(observation_space, "observation")
-        check_supported(action_space, "action")
         self.single_observation_space = observation_space
         self.single_action_space = action_space
         self.observation_space = batch_space(observation_space, self.num_envs)
@@ -275,7 +261,7 @@ class ExecutorVectorEnv(VectorEnv):
         disabled = self.autoreset_mode is AutoresetMode.DISABLED
         actions = check_actions(self.single_action_space, self.action_space, actions,
                                 self.num_envs, self._needs_reset if disabled else None)
-        assign_batched(self._actions, actions)
+        assign_rows(self._actions, actions, slice(None))
         step_infos, final_infos = self._run(self._step_envs, "step()")
         a = self.arrays
         terminated, truncated = a["terminated"], a["truncated"]
@@ -395,7 +381,7 @@ class ExecutorVectorEnv(VectorEnv):
             raise RuntimeError(f"{self._failure}: call reset() first")
 
     def _out(self, value: Any) -> Any:
-        return copy_batched(value) if self.copy else value
+        return export(value, self.copy)
 
     def _check_usable(self) -> None:
         if self._broken == "closed" or self.closed:

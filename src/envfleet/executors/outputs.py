@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.executors.shared_memory import leaves
+from envfleet.executors.shared_memory import OBJECT, leaves
 
 
 class BadEnvOutput(ValueError):
@@ -87,6 +87,12 @@ def obs_writer(space: spaces.Space, path: str = "") -> Callable[[Any, int, Any],
 
         return write_tuple
     ((shape, dtype),) = leaves(space, "").values()
+    if dtype == OBJECT:  # a space without a fixed-size form: the env's value as it is (Sync)
+
+        def write_object(batched: np.ndarray, i: int, value: Any) -> None:
+            batched[i] = value
+
+        return write_object
 
     def write_leaf(batched: np.ndarray, i: int, value: Any) -> None:
         if type(value) is not np.ndarray or value.dtype is not dtype or value.shape != shape:

@@ -40,7 +40,7 @@ from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.group import FAILURE_KEY
 from envfleet.executors.processes import ProcessVectorEnv
-from envfleet.executors.shared_memory import assign_rows, final_obs_info, take_rows
+from envfleet.executors.shared_memory import assign_rows, export, final_obs_info, take_rows
 from envfleet.machine import usable_cores
 
 #: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
@@ -207,7 +207,11 @@ class PoolVectorEnv(ProcessVectorEnv):
             for e in part.tolist():
                 self._ready.pop(e, None)
                 self._ready_infos.pop(e, None)
-            if not self._send(w, protocol.SEND + part.astype("<i8").tobytes(), "step"):
+            message = protocol.SEND + part.astype("<i8").tobytes() if not \
+                self._piped_actions else protocol.SEND_VALUES + pickle.dumps(
+                    (part.tolist(), {k: self.arrays[k][part].tolist()
+                                     for k in self._piped_actions}))
+            if not self._send(w, message, "step"):
                 self._async_lost()
 
     def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -234,7 +238,7 @@ class PoolVectorEnv(ProcessVectorEnv):
             del self._ready[e]
         ids = np.array(ids_list, dtype=np.int64)
         a = self.arrays
-        obs = take_rows(self._obs, ids)
+        obs = export(take_rows(self._obs, ids), copy=False)  # (fresh rows already)
         rewards, terminated, truncated = a["rewards"][ids], a["terminated"][ids], \
             a["truncated"][ids]
         if self.autoreset_mode is AutoresetMode.DISABLED:
@@ -330,8 +334,10 @@ class PoolVectorEnv(ProcessVectorEnv):
         if kind == protocol.DONE:
             e = int.from_bytes(message[1:9], "little", signed=True)
         elif kind == protocol.DONE_INFO:
-            e, info, final = pickle.loads(message[1:])
+            e, info, final, values = pickle.loads(message[1:])
             self._ready_infos[e] = (info, final)
+            for name, value in (values or {}).items():  # its object leaves' values
+                self.arrays[name][e] = value
         elif kind == protocol.ERROR:
             index, what, error_type, text, tb = pickle.loads(message[1:])
             self._in_flight[index] = False

@@ -270,7 +270,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._gather(self._workers, "make", timeout)
         if self.shared_memory:
             self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
-        self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
+        # the actions that go to the workers through their pipes, not the shared buffers: all
+        # of them with the pipe transport, the object leaves (Text, Graph...) with shared memory
+        self._piped_actions = [k for k in (self._layout.objects if self.shared_memory else
+                                           self.arrays) if k.split(".")[0] == "act"]
 
     def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
         """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
@@ -507,13 +510,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._begin_batch()
         if self.shared_memory:
             self._sync[1] = len(self._workers)
-            for w in self._workers:
-                self._send(w, protocol.STEP, "step")
-        else:
-            for w in self._workers:
-                self._send(w, protocol.STEP + pickle.dumps(
-                    {k: self.arrays[k][w.start:w.stop] for k in self._action_names},
-                    protocol=pickle.HIGHEST_PROTOCOL), "step")
+        for w in self._workers:
+            self._send(w, protocol.STEP + (pickle.dumps(
+                {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
+                protocol=pickle.HIGHEST_PROTOCOL) if self._piped_actions else b""), "step")
         infos, finals = self._exchange(self._workers, "step")
         if self._lost:  # their envs' episodes end here, truncated
             a = self.arrays

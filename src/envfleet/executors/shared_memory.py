@@ -5,10 +5,15 @@ A space is flattened into leaves (``Box``, ``Discrete``, ``MultiDiscrete``, ``Mu
 ``(num_envs, *leaf_shape)`` in the leaf's dtype; ``nest`` rebuilds the batched structure
 (a dict / tuple of arrays, as ``gymnasium.vector.utils.batch_space`` describes it) as views of
 those arrays, and ``row_writer`` / ``row_reader`` move one env's value in and out of row ``i``.
+Any other space (``Text``, ``Graph``, ``Sequence``, ``OneOf``, a user's own) has no fixed-size
+form: it is an *object leaf*, a ``(num_envs,)`` object array of the envs' own values, batched
+for the user as Gymnasium batches it (a tuple: ``export``).
 
 ``SharedBuffers`` carves every array of a ``BufferLayout`` out of ONE
 ``multiprocessing.shared_memory`` segment: the parent creates (and finally unlinks) it, workers
-attach to it by name. Nothing about the layout is pickled after start-up.
+attach to it by name. Object leaves cannot be shared: each process holds its own, and their
+rows travel through the workers' pipes (``BufferLayout.objects``). Nothing about the layout is
+pickled after start-up.
 """
 
 from __future__ import annotations
@@ -23,25 +28,8 @@ import numpy as np
 from gymnasium import spaces
 
 LEAF_SPACES = (spaces.Box, spaces.Discrete, spaces.MultiDiscrete, spaces.MultiBinary)
+OBJECT = np.dtype(object)
 ALIGN = 64  # bytes: every array starts on its own cache line
-
-
-def check_supported(space: spaces.Space, what: str) -> None:
-    """Refuse spaces that have no fixed-size array form."""
-    if isinstance(space, LEAF_SPACES):
-        return
-    if isinstance(space, spaces.Dict):
-        for sub in space.spaces.values():
-            check_supported(sub, what)
-        return
-    if isinstance(space, spaces.Tuple):
-        for sub in space.spaces:
-            check_supported(sub, what)
-        return
-    raise TypeError(
-        f"executors support Box, Discrete, MultiDiscrete, MultiBinary, Dict and Tuple "
-        f"{what} spaces, not {space}"
-    )
 
 
 def leaves(space: spaces.Space, prefix: str) -> dict[str, tuple[tuple[int, ...], np.dtype]]:
@@ -62,8 +50,7 @@ def leaves(space: spaces.Space, prefix: str) -> dict[str, tuple[tuple[int, ...],
         return {prefix: (tuple(space.nvec.shape), np.dtype(space.dtype))}
     if isinstance(space, spaces.Box | spaces.MultiBinary):
         return {prefix: (tuple(space.shape), np.dtype(space.dtype))}
-    check_supported(space, "")
-    raise AssertionError("unreachable")
+    return {prefix: ((), OBJECT)}  # no fixed-size form: the env's own values
 
 
 def nest(space: spaces.Space, arrays: dict[str, np.ndarray], prefix: str) -> Any:
@@ -108,18 +95,23 @@ def row_reader(space: spaces.Space) -> Callable[[Any, int], Any]:
     if isinstance(space, spaces.Tuple):
         parts_t = [row_reader(sub) for sub in space.spaces]
         return lambda batched, i: tuple(read(batched[k], i) for k, read in enumerate(parts_t))
-    if isinstance(space, spaces.Discrete):
-        return lambda batched, i: batched[i]  # a NumPy integer, as Gymnasium's iterate gives
-    return lambda batched, i: batched[i].copy()
+    if isinstance(space, spaces.Discrete) or not isinstance(space, LEAF_SPACES):
+        return lambda batched, i: batched[i]  # a NumPy integer (as Gymnasium's iterate gives),
+    return lambda batched, i: batched[i].copy()  # or an object leaf's own value
 
 
-def copy_batched(value: Any) -> Any:
-    """A deep copy of a batched value (dict / tuple of arrays)."""
+def export(value: Any, copy: bool = True) -> Any:
+    """A batched value (dict / tuple of arrays) as the user gets it: arrays copied (``copy``),
+    object leaves as tuples of the envs' values (Gymnasium's batching of such spaces)."""
     if isinstance(value, dict):
-        return {k: copy_batched(v) for k, v in value.items()}
+        return {k: export(v, copy) for k, v in value.items()}
     if isinstance(value, tuple):
-        return tuple(copy_batched(v) for v in value)
-    return value.copy()
+        return tuple(export(v, copy) for v in value)
+    if isinstance(value, np.ndarray):
+        if value.dtype == OBJECT:
+            return tuple(value.tolist()) if value.ndim else value.item()
+        return value.copy() if copy else value
+    return value  # one env's value of an object leaf
 
 
 def take_rows(src: Any, rows: Any) -> Any:
@@ -139,6 +131,13 @@ def assign_rows(dst: Any, src: Any, rows: Any) -> None:
     elif isinstance(dst, tuple):
         for k, sub in enumerate(dst):
             assign_rows(sub, src[k], rows)
+    elif dst.dtype == OBJECT:  # one by one: NumPy would read a value's own sequence as rows
+        targets = np.arange(len(dst))[rows]
+        if targets.ndim == 0:
+            dst[int(targets)] = src
+        else:
+            for i, v in zip(targets.tolist(), src, strict=True):
+                dst[i] = v
     else:
         dst[rows] = src
 
@@ -153,11 +152,11 @@ def final_obs_info(value: Any, mask: np.ndarray) -> Any:
     ``mask``: an array with the other rows zeroed; for Dict / Tuple observations, Gymnasium's
     ``SyncVectorEnv`` layout (an object array: env i's own dict / tuple, None for the others),
     so that ``final_obs[i]`` is env i's observation whatever the space."""
-    if isinstance(value, np.ndarray):
+    if isinstance(value, np.ndarray) and value.dtype != OBJECT:
         return masked_copy(value, mask)
     out = np.full(len(mask), None, dtype=object)
     for i in np.flatnonzero(mask).tolist():
-        out[i] = copy_batched(take_rows(value, i))
+        out[i] = export(take_rows(value, i))
     return out
 
 
@@ -184,13 +183,22 @@ class BufferLayout:
         fields, offset = [], 0
         for name, (shape, dtype) in arrays.items():
             dtype = np.dtype(dtype)
+            if dtype == OBJECT:  # (held by each process: offset -1)
+                fields.append((name, tuple(shape), dtype.str, -1))
+                continue
             nbytes = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
             fields.append((name, tuple(shape), dtype.str, offset))
             offset += -(-max(nbytes, 1) // ALIGN) * ALIGN
         return cls(tuple(fields), max(offset, ALIGN))
 
+    @property
+    def objects(self) -> list[str]:
+        """The object leaves: in this process's memory, whatever the buffer."""
+        return [name for name, _, _, offset in self.fields if offset < 0]
+
     def views(self, buffer: Any) -> dict[str, np.ndarray]:
-        return {name: np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset)
+        return {name: np.full(shape, None, dtype=OBJECT) if offset < 0 else
+                np.ndarray(shape, dtype=np.dtype(dtype), buffer=buffer, offset=offset)
                 for name, shape, dtype, offset in self.fields}
 
     def local(self) -> dict[str, np.ndarray]:

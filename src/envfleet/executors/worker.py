@@ -59,8 +59,10 @@ STEP = b"s"
 RESET = b"r"
 CLOSE = b"c"
 SEND = b"a"  # async: step these envs (int64 global ids follow), each reported as it finishes
+SEND_VALUES = b"A"  # async, with object-leaf actions: pickled (ids, {leaf: their values})
 DONE = b"d"  # async: this env (int64 global id follows) finished its step, no info
-DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info) follow
+DONE_INFO = b"D"  # async: this env finished; pickled (id, info, final info, object-leaf
+# values of its row or None) follow
 CALL = b"m"  # cloudpickled (rows, name, args, kwargs): call / get an attribute of these envs
 SET_ATTR = b"t"  # cloudpickled (rows, name, values): set an attribute of these envs
 RESULT = b"R"  # pickled list: the result of CALL, one per env
@@ -93,8 +95,12 @@ def _watch_parent(pid: int, period: float = 0.5) -> None:
             os._exit(1)
 
 
-def _outputs(arrays: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
-    return {k: v for k, v in arrays.items() if k.split(".")[0] in OUTPUT_PREFIXES}
+def _piped_outputs(arrays: dict[str, np.ndarray], names: list[str],
+                   rows: slice) -> dict[str, np.ndarray] | None:
+    """This worker's rows of the output arrays that go to the parent through the pipe (all of
+    them with the pipe transport, the object leaves with shared memory), or None."""
+    piped = {k: arrays[k][rows] for k in names if k.split(".")[0] in OUTPUT_PREFIXES}
+    return piped or None
 
 
 def _info_reply(infos: list, finals: list, outputs: dict | None, first: int) -> bytes:
@@ -187,7 +193,9 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             current = None
         group = EnvGroup(envs, first, row0, mode, env.observation_space, env.action_space,
                          arrays, current, slot, factories if restart else None)
-        outputs = None if shared is not None else _outputs(arrays)
+        share = slice(row0, row0 + len(envs))  # this worker's rows of the buffers
+        outputs = _piped_outputs(arrays, layout.objects if shared is not None else list(arrays),
+                                 share)
         # a worker started again in place of a lost one: its envs are new (see processes.py)
         if fresh == "pending":
             group.pending[:] = True
@@ -210,10 +218,12 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 env_id = queue.popleft()
                 try:
                     info, final = group.step_one(env_id - first)
-                    if info or final:
+                    values = None if outputs is None else {
+                        k: v[env_id - first] for k, v in outputs.items()}
+                    if info or final or values:
                         try:
                             report = DONE_INFO + pickle.dumps(
-                                (env_id, info, final), protocol=pickle.HIGHEST_PROTOCOL)
+                                (env_id, info, final, values), protocol=pickle.HIGHEST_PROTOCOL)
                         except Exception as error:
                             raise EnvFailure(env_id, "step", TypeError(
                                 f"its info could not be sent to the parent: {error}")) from error
@@ -228,6 +238,13 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             if command == SEND:
                 queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
                 continue
+            if command == SEND_VALUES:
+                ids, values = pickle.loads(message[1:])
+                for name, column in values.items():
+                    for e, value in zip(ids, column, strict=True):
+                        arrays[name][e - first + row0] = value
+                queue.extend(ids)
+                continue
             if command == SYNC:
                 queue.clear()
                 conn.send_bytes(SYNCED + message[1:])
@@ -235,16 +252,16 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             reply = OK
             try:
                 if command == STEP:
-                    if outputs is not None:  # pipe transport: the actions come pickled
-                        for name, value in pickle.loads(message[1:]).items():
-                            arrays[name][...] = value
+                    if len(message) > 1:  # actions that come through the pipe (all of them
+                        for name, value in pickle.loads(message[1:]).items():  # with the pipe
+                            arrays[name][share] = value  # transport; object leaves)
                     infos, finals = group.step()
                 elif command == RESET:
                     mask, seeds, options = pickle.loads(message[1:])
                     infos, finals = group.reset(mask, seeds, options), []
                 elif command == CALL:
-                    rows, name, args, kwargs = cloudpickle.loads(message[1:])
-                    results = group.call(rows, name, args, kwargs)
+                    local, name, args, kwargs = cloudpickle.loads(message[1:])
+                    results = group.call(local, name, args, kwargs)
                     try:
                         reply = RESULT + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
                     except Exception as error:
@@ -253,8 +270,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                             f"{error}")) from error
                     infos = finals = []
                 elif command == SET_ATTR:
-                    rows, name, values = cloudpickle.loads(message[1:])
-                    group.set_attr(rows, name, values)
+                    local, name, values = cloudpickle.loads(message[1:])
+                    group.set_attr(local, name, values)
                     infos = finals = []
                 elif command == CLOSE:
                     return
