@@ -83,3 +83,13 @@ def test_sb3_get_images_of_a_native_batch():
     images = vec.get_images()
     assert len(images) == 2 and all(image.shape == (400, 600, 3) for image in images)
     vec.close()
+
+
+def test_render_mode_is_accepted_where_the_family_renders() -> None:
+    env = envfleet.make("CartPole-v1", 2, render_mode="rgb_array")
+    assert env.render_mode == "rgb_array"
+    env.close()
+    with pytest.raises(ValueError, match=r"renders in \['rgb_array'\], not render_mode='human'"):
+        envfleet.make("CartPole-v1", 2, render_mode="human")
+    with pytest.raises(ValueError, match="Chess-v0 renders in no mode"):
+        envfleet.make("Chess-v0", 2, render_mode="rgb_array")

@@ -205,6 +205,11 @@ def make(
 
     engine_path, option_names = NATIVE_BACKENDS[backend]
     options = _backend_options(env_kwargs, option_names, backend)
+    render_mode = env_kwargs.pop("render_mode", None)
+    modes = ["rgb_array"] if spec.renderer is not None else []
+    if render_mode is not None and render_mode not in modes:
+        raise ValueError(f"{spec.id} renders in {modes or 'no mode'}, not render_mode="
+                         f"{render_mode!r}")
     try:
         params = spec.make_params(**env_kwargs)
     except TypeError as error:
