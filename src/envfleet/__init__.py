@@ -35,7 +35,7 @@ __all__ = [
 ]
 
 #: submodules imported when first used as ``envfleet.<name>`` (optional dependencies, or heavy)
-_LAZY_SUBMODULES = frozenset({"sb3", "bench", "train", "cli"})
+_LAZY_SUBMODULES = frozenset({"sb3", "bench", "train", "cli", "chess"})
 
 
 def __getattr__(name: str) -> ModuleType:

@@ -19,15 +19,14 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from envfleet.chess import env as chess_env
+from envfleet.contract import check_seed, parse_autoreset_mode
+from envfleet.envs import FAMILIES
 from envfleet.memory import check_executor_memory, check_native_memory
-from envfleet.native import cartpole
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.spec import NativeEnvSpec
-from envfleet.native.vector_env import NativeVectorEnv, check_seed, parse_autoreset_mode
+from envfleet.native.vector_env import NativeVectorEnv
 
-NATIVE_ENVS: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC,
-                                                                      chess_env.SPEC)}
+NATIVE_ENVS: dict[str, NativeEnvSpec] = FAMILIES
 
 #: backend -> (engine class path, keyword options the backend takes)
 NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -26,7 +26,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import concatenate, create_empty_array
 
-from envfleet.native.vector_env import parse_autoreset_mode
+from envfleet.contract import parse_autoreset_mode
 
 try:
     from stable_baselines3.common.env_util import is_wrapped

@@ -25,7 +25,7 @@ them most), a compiled env thousands (whole games); longer ``--seconds`` even th
 Each peer is a ``Baseline`` (``baselines.py`` lists them) whose ``BaselineEnv`` plays its own
 actions (``action_space=None``); a peer whose package is missing is reported as not installed.
 
-Perft (``perft_points``): ``envfleet.chess.perft(fen, depth)`` and a python-chess perft (bulk
+Perft (``perft_points``): ``envfleet.envs.chess.perft(fen, depth)`` and a python-chess perft (bulk
 counting at the last ply, as envfleet's) on the same positions, nodes/s each in a fresh process.
 """
 
@@ -292,8 +292,8 @@ def perft_status(series: str) -> str | None:
     """None when ``series`` can run here, else why not."""
     if series == "python-chess-perft":
         return _missing("chess")
-    if importlib.util.find_spec("envfleet.chess") is None:
-        return "envfleet.chess.perft is not available in this envfleet"
+    if importlib.util.find_spec("envfleet.envs.chess") is None:
+        return "envfleet.envs.chess.perft is not available in this envfleet"
     return None
 
 
@@ -314,7 +314,7 @@ def measure_perft(spec: Any) -> dict[str, Any]:
         def run() -> int:
             return python_chess_perft(board, depth)
     else:
-        from envfleet.chess import perft
+        from envfleet.envs.chess import perft
 
         def run() -> int:
             return perft(fen, depth)

@@ -12,14 +12,13 @@ The wording is the native envs' (``envfleet.native.driver``) where they refuse t
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from gymnasium import spaces
 
+from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
 from envfleet.executors.shared_memory import LEAF_SPACES
-from envfleet.native.driver import check_action_batch, describe_bad_action, refused_step_error
 
 #: (actions in the space's dtypes, the first refused env or None, that env's message)
 Checked = tuple[Any, int | None, Callable[[], str] | None]
@@ -163,8 +162,7 @@ def check_actions(space: spaces.Space, batched_space: spaces.Space, actions: Any
     if needs_reset is not None and needs_reset.any():
         first_pending = int(np.flatnonzero(needs_reset)[0])
         if bad is None or first_pending <= bad:
-            raise refused_step_error(SimpleNamespace(action_space=space), first_pending, None,
-                                     True)
+            raise needs_reset_error(first_pending)
     if message is not None:
         raise ValueError(message())
     return out

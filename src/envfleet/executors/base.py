@@ -18,6 +18,7 @@ from gymnasium.error import ClosedEnvironmentError
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from envfleet.contract import check_reset_mask, check_seed, env_seeds
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import Infos
 from envfleet.executors.outputs import BadEnvOutput
@@ -29,7 +30,6 @@ from envfleet.executors.shared_memory import (
     leaves,
     nest,
 )
-from envfleet.native.vector_env import check_reset_mask, check_seed
 
 DEFAULT_STEP_TIMEOUT = 60.0
 
@@ -98,19 +98,6 @@ def failure_error(index: int, phase: str, error_type: str, text: str,
     error = cls(message, env_index=index, worker_traceback=tb)
     error.__cause__ = RemoteTraceback(tb)
     return error
-
-
-def env_seeds(seed: int | Sequence[int | None], num_envs: int) -> list[int | None]:
-    """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one per env (None: none)."""
-    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        base = check_seed(seed, count=num_envs)
-        return [base + i for i in range(num_envs)]
-    if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str):
-        raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
-    seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
-    return [None if s is None else check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
 
 
 def buffer_layout(observation_space: spaces.Space, action_space: spaces.Space, rows: int,

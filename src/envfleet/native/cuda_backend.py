@@ -24,10 +24,10 @@ import numpy as np
 import torch
 from numba import cuda
 
+from envfleet.contract import check_action_batch
 from envfleet.native.driver import (
     DISABLED,
     action_format,
-    check_action_batch,
     make_driver,
     refused_step_error,
     valid_actions,
@@ -82,6 +82,20 @@ def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
 
     return validate, step, reset
+
+
+@functools.cache
+def row_map(row_fn: Any) -> Any:
+    """The kernel ``run(n, state, rng, out)``: one thread per row, ``out[i] = row_fn(i, state,
+    rng)``."""
+
+    @cuda.jit
+    def run(n, state, rng, out):
+        i = cuda.grid(1)
+        if i < n:
+            out[i] = row_fn(i, state, rng)
+
+    return run
 
 
 def _zeros(shape: tuple[int, ...], dtype: Any) -> Any:
@@ -248,6 +262,14 @@ class CudaEngine:
             raise refused_step_error(self.spec, refused, self._actions.copy_to_host(),
                                      needs_reset, self)
         return int(counters[_ENDED])
+
+    def map_rows(self, row_fn: Any, dtype: Any) -> torch.Tensor:
+        """A family's per-row kernel function ``row_fn(i, state, rng)`` over every env, one
+        thread each: a tensor of ``dtype`` on the device."""
+        out = cuda.device_array(self.num_envs, dtype=dtype)
+        with _quiet_simulator():
+            row_map(row_fn)[self._launch()](self.num_envs, self._state, self._rng, out)
+        return as_tensor(out)
 
     def read_state(self, name: str, i: int) -> Any:
         """Env i's row of state column ``name``, copied to the host."""

@@ -14,6 +14,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from envfleet.contract import describe_bad_action, needs_reset_error
 from envfleet.native.jit import kernel_function
 from envfleet.native.spec import NativeEnvSpec
 
@@ -66,49 +67,6 @@ def action_format(space: spaces.Space) -> ActionFormat:
     raise NotImplementedError(f"native envs support Discrete and Box actions, not {space}")
 
 
-def dtype_kind(dtype: Any) -> tuple[str, str]:
-    """(NumPy kind letter, NumPy-style name) of a NumPy dtype or a torch dtype."""
-    if isinstance(dtype, np.dtype):
-        return dtype.kind, str(dtype)
-    name = str(dtype).removeprefix("torch.")  # a torch dtype
-    if name == "bool":
-        return "b", name
-    if dtype.is_complex:
-        return "c", name
-    if dtype.is_floating_point:
-        return "f", name
-    return ("u" if name.startswith("uint") else "i"), name
-
-
-def check_action_batch(actions: Any, space: spaces.Space, num_envs: int) -> ActionFormat:
-    """Refuse a batch (NumPy array or torch tensor) of the wrong shape or dtype kind."""
-    fmt = action_format(space)
-    expected = (num_envs, *fmt.shape)
-    shape = tuple(actions.shape)
-    if shape != expected:
-        raise ValueError(
-            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
-            f"{fmt.shape}), got {shape}"
-        )
-    kind, name = dtype_kind(actions.dtype)
-    if kind not in ("iu" if fmt.integer else "iuf"):
-        what = "integers" if fmt.integer else "numbers (float or int)"
-        raise ValueError(f"actions for {space} must be {what}, got dtype {name}")
-    if fmt.integer and name == "uint64":
-        _refuse_wrapping_uint64(actions, space)
-    return fmt
-
-
-def _refuse_wrapping_uint64(actions: Any, space: spaces.Space) -> None:
-    """uint64 actions above int64's range would read as negative numbers once converted to the
-    kernels' int64: refuse the first with its real value."""
-    values = actions.cpu().numpy() if hasattr(actions, "cpu") else np.asarray(actions)
-    too_large = np.flatnonzero(values > np.iinfo(np.int64).max)  # Discrete: one per env
-    if too_large.size:
-        index = int(too_large[0])
-        raise ValueError(describe_bad_action(space, index, values[index].tolist()))
-
-
 def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
     """A batch of valid actions (the lowest one per env), e.g. to compile kernels ahead."""
     fmt = action_format(space)
@@ -119,24 +77,12 @@ def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
     return np.broadcast_to(row, (num_envs, *fmt.shape)).astype(fmt.dtype)
 
 
-def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
-    """The error message for env ``index``'s invalid action ``value``."""
-    if isinstance(space, spaces.Discrete):
-        lo = int(space.start)
-        return (f"invalid action for env {index}: {value!r} is not in {space} "
-                f"(integers {lo}..{lo + int(space.n) - 1})")
-    return f"invalid action for env {index}: {value!r} is not a finite value inside {space}"
-
-
 def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
                        needs_reset: bool, engine: Any = None) -> ValueError:
     """The error for a step refused at env ``index``: it needs a reset, its action is out of
     the action space, or the family's ``action_check`` refused it."""
     if needs_reset:
-        return ValueError(
-            f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
-            f"with reset(options={{'reset_mask': mask}}) before stepping it"
-        )
+        return needs_reset_error(index)
     value = actions[index]
     value = value.tolist() if hasattr(value, "tolist") else value
     if spec.describe_refusal is not None and _in_space(spec.action_space, value):

@@ -24,13 +24,13 @@ import numpy as np
 from gymnasium import spaces
 from numba import njit, prange
 
+from envfleet.contract import check_action_batch
 from envfleet.machine import usable_cores
 from envfleet.native.driver import (
     DISABLED,
     NEXT_STEP,
     SAME_STEP,
     action_format,
-    check_action_batch,
     make_driver,
     refused_step_error,
     valid_actions,
@@ -128,11 +128,24 @@ def as_numpy_actions(actions: Any, spec: NativeEnvSpec, num_envs: int) -> np.nda
     if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # torch tensor
         actions = actions.detach().cpu().numpy()
     a = np.asarray(actions)
-    fmt = check_action_batch(a, spec.action_space, num_envs)
+    check_action_batch(a, spec.action_space, num_envs)
+    fmt = action_format(spec.action_space)
     a = np.ascontiguousarray(a, dtype=fmt.dtype)
     if not a.flags.writeable:  # keep one compiled signature
         a = a.copy()
     return a if fmt.integer else a.reshape(num_envs, -1)
+
+
+@functools.cache
+def row_map(row_fn: Any) -> Any:
+    """``run(state, rng, out)``: ``out[i] = row_fn(i, state, rng)`` for every row, compiled."""
+
+    @njit(nogil=True, error_model="numpy")
+    def run(state, rng, out):
+        for i in range(out.shape[0]):
+            out[i] = row_fn(i, state, rng)
+
+    return run
 
 
 class NumbaEngine:
@@ -221,6 +234,13 @@ class NumbaEngine:
             raise refused_step_error(self.spec, index, a,
                                      self.mode == DISABLED and bool(self.pending[index]), self)
         return result
+
+    def map_rows(self, row_fn: Any, dtype: Any) -> np.ndarray:
+        """A family's per-row kernel function ``row_fn(i, state, rng)`` over every env, one
+        ``dtype`` value per env (e.g. chess's random legal actions)."""
+        out = np.empty(self.num_envs, dtype=dtype)
+        row_map(row_fn)(self.state, self.rng, out)
+        return out
 
     def read_state(self, name: str, i: int) -> Any:
         """Env i's row of state column ``name`` (a view of the live array)."""

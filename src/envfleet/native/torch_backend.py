@@ -24,12 +24,12 @@ from typing import Any
 import numpy as np
 import torch
 
+from envfleet.contract import check_action_batch
 from envfleet.native.driver import (
     DISABLED,
     NEXT_STEP,
     SAME_STEP,
     action_format,
-    check_action_batch,
     refused_step_error,
 )
 from envfleet.native.spec import NativeEnvSpec
@@ -223,6 +223,13 @@ class TorchEngine:
         self._maybe_pending = ended > 0
         return ended
 
+    def map_rows(self, row_fn: Any, dtype: Any) -> torch.Tensor:
+        """Per-row kernel functions are scalar code: the torch engine runs a family's batched
+        tensor forms only."""
+        raise NotImplementedError(
+            f"{self.spec.id}: per-row kernel functions run on the numba and cuda backends; the "
+            f"torch backend runs the family's batched tensor forms only")
+
     def ended_mask(self) -> torch.Tensor:
         return self.terminated | self.truncated
 
@@ -281,7 +288,8 @@ class TorchEngine:
         """Check shape and dtype kind (as ``numba_backend.as_numpy_actions``); move to device."""
         n = self.num_envs
         a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
-        fmt = check_action_batch(a, self.spec.action_space, n)
+        check_action_batch(a, self.spec.action_space, n)
+        fmt = self._format
         if isinstance(a, np.ndarray):
             a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
         a = a.to(self.device, self._action_dtype)

@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
+from envfleet.contract import check_reset_mask, check_seed, env_seeds
 from envfleet.native.spec import NativeEnvSpec
 
 
@@ -45,54 +46,14 @@ class Engine(Protocol):
         """Release the engine's resources."""
 
 
-def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
-    """Accept the enum or its string value ("NextStep", "SameStep", "Disabled")."""
-    if isinstance(mode, AutoresetMode):
-        return mode
-    try:
-        return AutoresetMode(mode)
-    except ValueError:
-        valid = ", ".join(repr(m.value) for m in AutoresetMode)
-        raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
-
-
-def check_seed(seed: Any, name: str = "seed", count: int = 1) -> int:
-    """A seed is a non-negative integer (Gymnasium's rule) below 2**64 (seeds are uint64, on
-    every backend alike); with ``count``, ``seed + count - 1`` (the last env's) is too."""
-    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
-        raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
-    seed = int(seed)
-    if seed >= 2**64:
-        raise ValueError(f"{name} must be below 2**64 (seeds are uint64), got {seed}")
-    if seed + count - 1 >= 2**64:
-        raise ValueError(f"{name} {seed} gives env i the seed {name} + i, which passes 2**64 - 1 "
-                         f"(seeds are uint64) for num_envs={count}: use at most "
-                         f"2**64 - {count} = {2**64 - count}")
-    return seed
-
-
-def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
-    """``options["reset_mask"]`` is a bool array with one entry per env."""
-    mask = np.asarray(mask)
-    if mask.dtype != np.bool_ or mask.shape != (num_envs,):
-        raise ValueError(
-            f"options['reset_mask'] must be a bool array of shape ({num_envs},), "
-            f"got dtype {mask.dtype} and shape {mask.shape}"
-        )
-    return mask
-
-
-def env_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
-    """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one given per env."""
-    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
-        base = check_seed(seed, count=num_envs)
-        return np.arange(num_envs, dtype=np.uint64) + np.uint64(base)
-    if not isinstance(seed, Sequence | np.ndarray):
-        raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
-    seeds = list(seed)
-    if len(seeds) != num_envs:
-        raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
-    return np.array([check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)], dtype=np.uint64)
+def native_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
+    """``contract.env_seeds`` as the engines take them: one uint64 per env (no None)."""
+    seeds = env_seeds(seed, num_envs)
+    if None in seeds:
+        i = seeds.index(None)
+        raise ValueError(f"seed[{i}] is None: native envs need a seed for every env in a seed "
+                         f"list (or seed=None for all)")
+    return np.array(seeds, dtype=np.uint64)
 
 
 class NativeVectorEnv(VectorEnv):
@@ -164,7 +125,7 @@ class NativeVectorEnv(VectorEnv):
                 raise RuntimeError("the first reset() must reset every env (no reset_mask)")
         if seed is None and not self._has_reset:
             seed = self._initial_seed
-        new_seeds = None if seed is None else env_seeds(seed, self.num_envs)
+        new_seeds = None if seed is None else native_seeds(seed, self.num_envs)
         apply = self._prepare_reset(family, mask)  # validates everything before any env moves
         if apply is not None:
             apply()

@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 import envfleet
-from envfleet.chess import STARTING_FEN
-from envfleet.chess.fen import format_fen, parse_fen
+from envfleet.envs.chess import STARTING_FEN
+from envfleet.envs.chess.fen import format_fen, parse_fen
 
 chess = pytest.importorskip("chess")
 
@@ -95,8 +95,8 @@ def test_bad_fens_are_refused_and_change_nothing(env, fen, message):
 def test_the_largest_full_move_number_counts_on_as_python_chess(env):
     """Clocks up to MAX_CLOCK load and count on without wrapping (int32 columns); larger ones
     are refused by name everywhere a FEN is read (perft too), not a raw OverflowError."""
-    from envfleet.chess.env import perft
-    from envfleet.chess.fen import MAX_CLOCK
+    from envfleet.envs.chess.env import perft
+    from envfleet.envs.chess.fen import MAX_CLOCK
 
     fen = f"4k3/8/8/8/8/8/8/R3K3 b - - 7 {MAX_CLOCK}"
     env.reset(options={"fen": [fen] * 4})

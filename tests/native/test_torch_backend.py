@@ -20,7 +20,7 @@ from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 from numba import njit
 
 import envfleet
-from envfleet.native.cartpole import SPEC as CARTPOLE
+from envfleet.envs.cartpole import SPEC as CARTPOLE
 from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
 from envfleet.native.jit import kernel_function
 from envfleet.native.numba_backend import NumbaEngine

@@ -7,7 +7,7 @@ import random
 import pytest
 
 from envfleet.bench.chess import python_chess_perft
-from envfleet.chess import STARTING_FEN, perft
+from envfleet.envs.chess import STARTING_FEN, perft
 
 chess = pytest.importorskip("chess")
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from envfleet.chess.tables import (
+from envfleet.envs.chess.tables import (
     BETWEEN,
     BISHOP_ATTACKS,
     BISHOP_EMPTY,

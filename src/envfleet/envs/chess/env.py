@@ -16,8 +16,8 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.chess import core
-from envfleet.chess.core import (
+from envfleet.envs.chess import core
+from envfleet.envs.chess.core import (
     CHECKMATE,
     HISTORY,
     MAX_MOVES,
@@ -29,8 +29,8 @@ from envfleet.chess.core import (
     make_move,
     random_move,
 )
-from envfleet.chess.fen import STARTING_FEN, Position, format_fen, parse_fen
-from envfleet.chess.tables import build_tables, label_to_move, move_to_label
+from envfleet.envs.chess.fen import STARTING_FEN, Position, format_fen, parse_fen
+from envfleet.envs.chess.tables import build_tables, label_to_move, move_to_label
 from envfleet.native.jit import kernel_function
 from envfleet.native.spec import NativeEnvSpec
 from envfleet.native.vector_env import NativeVectorEnv
@@ -288,6 +288,12 @@ def action_check(i, state, params, actions):
 
 
 @kernel_function
+def random_legal_action(i, state, rng):
+    """``random_action`` of board i, as the engines' ``map_rows`` calls it."""
+    return random_action(i, state.moves, state.num_moves, rng[0], rng[1], rng[2])
+
+
+@kernel_function
 def random_action(i, moves, num_moves, seeds, episodes, steps):
     """A uniformly random legal action of board i (0 when it has none)."""
     n = num_moves[i]
@@ -451,7 +457,6 @@ class ChessVectorEnv(NativeVectorEnv):
         code = np.full(self.num_envs, setup_code(self.chess_params), dtype=np.uint8)
         self.engine.write_state("setup", np.ones(self.num_envs, np.bool_), code)
         self._start_default = _start_rows(parse_fen(STARTING_FEN), 1)
-        self._random_out = None
 
     # reset options ---------------------------------------------------------------------------
 
@@ -549,7 +554,7 @@ class ChessVectorEnv(NativeVectorEnv):
         i = self._board(i)
         if not isinstance(uci, str) or len(uci) not in (4, 5):
             raise ValueError(f"invalid UCI move {uci!r} (expected like 'e2e4' or 'e7e8q')")
-        from envfleet.chess.fen import parse_square
+        from envfleet.envs.chess.fen import parse_square
 
         try:
             frm, to = parse_square(uci[:2]), parse_square(uci[2:4])
@@ -579,22 +584,7 @@ class ChessVectorEnv(NativeVectorEnv):
         self._check_open()
         if not self._has_reset:
             raise RuntimeError("call reset() before random_legal_actions()")
-        e = self.engine
-        if self.backend == "cuda":
-            from envfleet.native.cuda_backend import _quiet_simulator, as_tensor
-
-            if self._random_out is None:
-                from numba import cuda
-
-                self._random_out = cuda.device_array(self.num_envs, dtype=np.int64)
-            launch = e._launch()
-            with _quiet_simulator():
-                _random_actions_kernel("cuda")[launch](e._state.moves, e._state.num_moves,
-                                                       *e._rng, self._random_out)
-            return as_tensor(self._random_out).clone()
-        out = np.empty(self.num_envs, dtype=np.int64)
-        _random_actions_kernel("cpu")(e.state.moves, e.state.num_moves, *e.rng, out)
-        return out
+        return self.engine.map_rows(random_legal_action, np.int64)
 
 
 def _check_action(action: Any) -> int:
@@ -618,20 +608,3 @@ def _start_rows(position: Position, n: int) -> dict[str, np.ndarray]:
         "start_halfmove": np.full(n, position.halfmove, np.int32),
         "start_fullmove": np.full(n, position.fullmove, np.int32),
     }
-
-
-@functools.cache
-def _random_actions_kernel(target: str) -> Any:
-    """The random-action kernel for ``target`` ('cpu' or 'cuda')."""
-    if target == "cpu":
-        from numba import njit
-
-        @njit(nogil=True, error_model="numpy")
-        def cpu(moves, num_moves, seeds, episodes, steps, out):
-            for i in range(out.shape[0]):
-                out[i] = random_action(i, moves, num_moves, seeds, episodes, steps)
-
-        return cpu
-    from envfleet.chess import cuda_kernels
-
-    return cuda_kernels.random_actions

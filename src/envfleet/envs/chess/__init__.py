@@ -3,7 +3,7 @@
 ``perft(fen, depth)`` counts the leaves of the legal move tree (the usual move-generator test).
 """
 
-from envfleet.chess.env import ChessVectorEnv, perft
-from envfleet.chess.fen import STARTING_FEN
+from envfleet.envs.chess.env import ChessVectorEnv, perft
+from envfleet.envs.chess.fen import STARTING_FEN
 
 __all__ = ["STARTING_FEN", "ChessVectorEnv", "perft"]

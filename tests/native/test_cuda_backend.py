@@ -291,7 +291,8 @@ _LOWER_FOR_GPU = textwrap.dedent("""
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     from numba.cuda.compiler import compile_cuda
     from numba.cuda.typing.typeof import typeof
-    from envfleet.native import cartpole, cuda_backend, driver
+    from envfleet.envs import cartpole
+    from envfleet.native import cuda_backend, driver
     spec, n = cartpole.SPEC, 4
     state = spec.state_type(**spec.allocate_state(n))
     params = spec.make_params()

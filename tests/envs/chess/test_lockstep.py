@@ -6,11 +6,11 @@ import numpy as np
 import pytest
 
 import envfleet
-from envfleet.chess import STARTING_FEN
+from envfleet.envs.chess import STARTING_FEN
 
 chess = pytest.importorskip("chess")
 
-from tests.chess.helpers import (  # noqa: E402
+from tests.envs.chess.helpers import (  # noqa: E402
     find_reply,
     legal_ucis,
     mask_ucis,

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import envfleet
-from envfleet.chess import STARTING_FEN
+from envfleet.envs.chess import STARTING_FEN
 
 chess = pytest.importorskip("chess")
 

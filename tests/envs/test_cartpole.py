@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 import envfleet
-from envfleet.native import cartpole
+from envfleet.envs import cartpole
 from tests.reference import check_against_gymnasium
 
 

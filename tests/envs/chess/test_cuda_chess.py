@@ -88,7 +88,7 @@ _LOWER_FOR_GPU = textwrap.dedent("""
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     from numba.cuda.compiler import compile_cuda
     from numba.cuda.typing.typeof import typeof
-    from envfleet.chess import env as chess_env
+    from envfleet.envs.chess import env as chess_env
     from envfleet.native import cuda_backend, driver
     spec, n = chess_env.SPEC, 4
     state = spec.state_type(**spec.allocate_state(n))
@@ -104,8 +104,7 @@ _LOWER_FOR_GPU = textwrap.dedent("""
         (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags, flags,
                 obs, counters, 0)),
         (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),
-        (chess_env._random_actions_kernel("cuda"),
-         (state.moves, state.num_moves, *rng, actions)),
+        (cuda_backend.row_map(chess_env.random_legal_action), (n, state, rng, actions)),
     ):
         compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
 """)

@@ -1,0 +1,130 @@
+"""The Gymnasium vector contract that every envfleet vector env keeps, native or executor.
+
+Seeding (``seed + i``, uint64 seeds), ``options["reset_mask"]``, autoreset-mode names, the
+checks of a batch of actions and the wording of their errors: one module, imported by
+``native/``, ``executors/`` and ``sb3.py``, so that every backend refuses the same input with
+the same words.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from gymnasium import spaces
+from gymnasium.vector import AutoresetMode
+
+
+def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
+    """Accept the enum or its string value ("NextStep", "SameStep", "Disabled")."""
+    if isinstance(mode, AutoresetMode):
+        return mode
+    try:
+        return AutoresetMode(mode)
+    except ValueError:
+        valid = ", ".join(repr(m.value) for m in AutoresetMode)
+        raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
+
+
+def check_seed(seed: Any, name: str = "seed", count: int = 1) -> int:
+    """A seed is a non-negative integer (Gymnasium's rule) below 2**64 (seeds are uint64, on
+    every backend alike); with ``count``, ``seed + count - 1`` (the last env's) is too."""
+    if isinstance(seed, bool) or not isinstance(seed, int | np.integer) or seed < 0:
+        raise ValueError(f"{name} must be a non-negative int or None, got {seed!r}")
+    seed = int(seed)
+    if seed >= 2**64:
+        raise ValueError(f"{name} must be below 2**64 (seeds are uint64), got {seed}")
+    if seed + count - 1 >= 2**64:
+        raise ValueError(f"{name} {seed} gives env i the seed {name} + i, which passes 2**64 - 1 "
+                         f"(seeds are uint64) for num_envs={count}: use at most "
+                         f"2**64 - {count} = {2**64 - count}")
+    return seed
+
+
+def env_seeds(seed: int | Sequence[int | None], num_envs: int) -> list[int | None]:
+    """Per-env seeds: ``seed + i`` for an int (Gymnasium's rule), or one per env (None: none)."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        base = check_seed(seed, count=num_envs)
+        return [base + i for i in range(num_envs)]
+    if not isinstance(seed, Sequence | np.ndarray) or isinstance(seed, str):
+        raise ValueError(f"seed must be a non-negative int, a list of them or None, got {seed!r}")
+    seeds = list(seed)
+    if len(seeds) != num_envs:
+        raise ValueError(f"seed list must have num_envs={num_envs} entries, got {len(seeds)}")
+    return [None if s is None else check_seed(s, f"seed[{i}]") for i, s in enumerate(seeds)]
+
+
+def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
+    """``options["reset_mask"]`` is a bool array with one entry per env."""
+    mask = np.asarray(mask)
+    if mask.dtype != np.bool_ or mask.shape != (num_envs,):
+        raise ValueError(
+            f"options['reset_mask'] must be a bool array of shape ({num_envs},), "
+            f"got dtype {mask.dtype} and shape {mask.shape}"
+        )
+    return mask
+
+
+# --- actions ---------------------------------------------------------------------------------
+
+
+def dtype_kind(dtype: Any) -> tuple[str, str]:
+    """(NumPy kind letter, NumPy-style name) of a NumPy dtype or a torch dtype."""
+    if isinstance(dtype, np.dtype):
+        return dtype.kind, str(dtype)
+    name = str(dtype).removeprefix("torch.")  # a torch dtype
+    if name == "bool":
+        return "b", name
+    if dtype.is_complex:
+        return "c", name
+    if dtype.is_floating_point:
+        return "f", name
+    return ("u" if name.startswith("uint") else "i"), name
+
+
+def check_action_batch(actions: Any, space: spaces.Discrete | spaces.Box, num_envs: int) -> None:
+    """Refuse a batch (NumPy array or torch tensor) for a Discrete or Box space of the wrong
+    shape or dtype kind (integers for Discrete; numbers for Box)."""
+    integer = isinstance(space, spaces.Discrete)
+    shape = () if integer else tuple(space.shape)
+    expected = (num_envs, *shape)
+    got = tuple(actions.shape)
+    if got != expected:
+        raise ValueError(
+            f"actions must have shape {expected} (num_envs={num_envs}, action shape "
+            f"{shape}), got {got}"
+        )
+    kind, name = dtype_kind(actions.dtype)
+    if kind not in ("iu" if integer else "iuf"):
+        what = "integers" if integer else "numbers (float or int)"
+        raise ValueError(f"actions for {space} must be {what}, got dtype {name}")
+    if integer and name == "uint64":
+        _refuse_wrapping_uint64(actions, space)
+
+
+def _refuse_wrapping_uint64(actions: Any, space: spaces.Discrete) -> None:
+    """uint64 actions above int64's range would read as negative numbers once converted to
+    int64: refuse the first with its real value."""
+    values = actions.cpu().numpy() if hasattr(actions, "cpu") else np.asarray(actions)
+    too_large = np.flatnonzero(values > np.iinfo(np.int64).max)  # Discrete: one per env
+    if too_large.size:
+        index = int(too_large[0])
+        raise ValueError(describe_bad_action(space, index, values[index].tolist()))
+
+
+def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
+    """The error message for env ``index``'s invalid action ``value``."""
+    if isinstance(space, spaces.Discrete):
+        lo = int(space.start)
+        return (f"invalid action for env {index}: {value!r} is not in {space} "
+                f"(integers {lo}..{lo + int(space.n) - 1})")
+    return f"invalid action for env {index}: {value!r} is not a finite value inside {space}"
+
+
+def needs_reset_error(index: int) -> ValueError:
+    """The error for stepping env ``index`` after its episode ended in DISABLED mode."""
+    return ValueError(
+        f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
+        f"with reset(options={{'reset_mask': mask}}) before stepping it"
+    )

@@ -1,0 +1,11 @@
+"""The native env families, one module each (a package for chess): each declares its
+``NativeEnvSpec`` and kernels, and touches no engine internals. ``FAMILIES`` lists them, by
+id; a new family is one module here and one entry below."""
+
+from envfleet.envs import cartpole
+from envfleet.envs.chess import env as chess
+from envfleet.native.spec import NativeEnvSpec
+
+FAMILIES: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC, chess.SPEC)}
+
+__all__ = ["FAMILIES"]
