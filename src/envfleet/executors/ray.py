@@ -54,7 +54,9 @@ ENGINES = ("serial", "pool", "numba")
 CLOSE_GRACE = 2.0
 #: the stand-in reply of an actor lost (and started again) during a call
 LOST = ("lost",)
-_ENV_NUMBER = re.compile(r"\b(envs? )(\d+)(?:\.\.(\d+))?")
+#: where a local engine's messages name its envs: "env 3's step()", "env 3 raised" (at the
+#: start), "(envs 0..3, pid ..)" / "(env 2, pid ..)" (a pool worker), "running env 3's"
+_ENV_NUMBER = re.compile(r"(^env |\(envs? |running env )(\d+)(?:\.\.(\d+))?")
 
 
 def _output_names(arrays: dict[str, np.ndarray]) -> list[str]:
@@ -525,12 +527,13 @@ class RayVectorEnv(ExecutorVectorEnv):
         """Build actor ``a`` again (any node with room); after a step its envs' episodes end
         (NEXT_STEP: reset on the next step; SAME_STEP: reset now, the last observation as
         the final one; DISABLED: left to ``reset_mask``)."""
+        lost = f"{a.describe()} {what}"
         reply = self._gather([a], [self._spawn(a)], "make",
                              max(self.step_timeout, MIN_START_TIMEOUT))[0]
         a.pid, a.node = reply[4], reply[5]
         a.ref, a.ids, a.queue = None, None, []
         rows = slice(a.start, a.stop)
-        self._lost[a.index] = f"{a.describe()} {what}; it was restarted"
+        self._lost[a.index] = f"{lost}; it was restarted on node {a.node[:12]}"
         if phase != "step":
             return
         if self.autoreset_mode is AutoresetMode.NEXT_STEP:
@@ -639,6 +642,23 @@ class RayVectorEnv(ExecutorVectorEnv):
             a = self._actors[int(self._owner[i])]
             owners.setdefault(a.index, []).append(i - a.start)
         return dict(sorted(owners.items()))
+
+    def call_at(self, env_indices: Any, name: str | Callable[..., Any], *args: Any,
+                **kwargs: Any) -> tuple[Any, ...]:
+        """As ``ExecutorVectorEnv.call_at``; native envs (one kernel per actor) have no per-env
+        attributes: only ``call("render")`` runs there."""
+        if self.engine == "numba" and (name != "render" or args or kwargs):
+            raise NotImplementedError(
+                f"call({name!r}): native envs on ray run as one kernel per actor, without "
+                f"per-env attributes; only call('render') is supported")
+        return super().call_at(env_indices, name, *args, **kwargs)
+
+    def set_attr_at(self, env_indices: Any, name: str, values: Any) -> None:
+        """As ``ExecutorVectorEnv.set_attr_at`` (not for native envs: no per-env attributes)."""
+        if self.engine == "numba":
+            raise NotImplementedError(f"set_attr({name!r}): native envs on ray have no per-env "
+                                      f"attributes")
+        super().set_attr_at(env_indices, name, values)
 
     def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
                    kwargs: dict[str, Any]) -> list[Any]:
