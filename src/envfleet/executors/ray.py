@@ -489,10 +489,22 @@ class RayVectorEnv(ExecutorVectorEnv):
         """The replies of ``actors`` to ``refs`` (in order); a dead or silent actor is restarted
         (``LOST`` reply) or fatal; an env's error is raised once every actor answered."""
         import ray
-        from ray.exceptions import RayActorError
+        from ray.exceptions import GetTimeoutError, RayActorError
 
         self._refs = refs
-        ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout, fetch_local=True)
+        deadline = time.monotonic() + timeout
+        try:  # the common case in one call: every actor answers in time
+            replies = ray.get(refs, timeout=timeout)
+        except (GetTimeoutError, RayActorError):
+            replies = None
+        if replies is not None:
+            self._refs = []
+            for reply in replies:
+                if reply[0] != "ok":
+                    _raise_error(reply)
+            return replies
+        ready, _ = ray.wait(refs, num_returns=len(refs), fetch_local=True,
+                            timeout=max(deadline - time.monotonic(), 0.0))
         ready_set = set(ready)
         replies = []
         for a, ref in zip(actors, refs, strict=True):
