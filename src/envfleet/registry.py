@@ -42,6 +42,10 @@ EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
              ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size",
               "restart_failed", "spin_us")),
+    "ray": ("envfleet.executors.ray:RayVectorEnv",
+            ("num_workers", "envs_per_worker", "address", "num_cpus", "num_gpus", "resources",
+             "placement", "engine", "engine_options", "step_timeout", "batch_size",
+             "restart_failed")),
 }
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"
@@ -57,6 +61,8 @@ class BackendUnavailableError(RuntimeError):
 
 def backend_status(backend: str) -> str | None:
     """None when ``backend`` can run here, else the reason it cannot."""
+    if backend == "ray":
+        return None if _has("ray") else "needs ray: pip install 'envfleet[ray]'"
     if backend == "numba" or backend in EXECUTOR_BACKENDS:
         return None
     if backend == "torch":
@@ -178,6 +184,9 @@ def make(
                         f"got {type(env).__name__}")
     if backend not in NATIVE_BACKENDS and backend not in EXECUTOR_BACKENDS:
         raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(ALL_BACKENDS)}")
+    if backend == "ray" and native is not None and env_kwargs.get("engine", "numba") == "numba":
+        return _make_ray_native(native, num_envs, autoreset_mode=autoreset_mode, seed=seed,
+                                copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
     if backend in EXECUTOR_BACKENDS:
         return _make_executor(env, num_envs, backend, autoreset_mode=autoreset_mode, seed=seed,
                               copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
@@ -278,6 +287,28 @@ def _make_executor(env: Any, num_envs: int, backend: str, *,
     module, cls = path.split(":")
     executor_cls = getattr(importlib.import_module(module), cls)
     return executor_cls(factories, autoreset_mode=mode, seed=seed, copy=copy, **options)
+
+
+def _make_ray_native(native: str, num_envs: int, *, autoreset_mode: AutoresetMode | str,
+                     seed: int | None, copy: bool, max_episode_steps: int | None,
+                     **env_kwargs: Any) -> VectorEnv:
+    """Native id ``native`` on Ray actors, each stepping its share with the numba kernel."""
+    from envfleet.executors.ray import NativeEnvs, RayVectorEnv
+
+    _check_num_envs(num_envs)
+    mode = parse_autoreset_mode(autoreset_mode)
+    if seed is not None:
+        check_seed(seed, count=num_envs)
+    if max_episode_steps is not None:
+        _check_max_steps(max_episode_steps)
+    options = _backend_options(env_kwargs, EXECUTOR_BACKENDS["ray"][1], "ray")
+    spec = NATIVE_ENVS[native]
+    try:
+        spec.make_params(**{k: v for k, v in env_kwargs.items() if k != "render_mode"})
+    except TypeError as error:
+        raise TypeError(f"{spec.id}: {error}") from None
+    return RayVectorEnv(NativeEnvs(spec.id, num_envs, env_kwargs, max_episode_steps),
+                        autoreset_mode=mode, seed=seed, copy=copy, **options)
 
 
 def _time_limited(factory: Callable[[], gymnasium.Env], max_episode_steps: int) -> gymnasium.Env:

@@ -1,0 +1,932 @@
+"""``ray``: the envs on Ray actors, each stepping a contiguous share with a local engine.
+
+W actors each own envs ``start .. stop - 1`` (``processes.split``) and step them with a local
+envfleet engine: an ``EnvGroup`` (``engine="serial"``, what every pool worker runs: the same
+autoreset and trajectories as ``serial``) or a local ``pool`` for Gymnasium ids and factories,
+and the native kernel (``engine="numba"``: ``envfleet.make(id, k, backend="numba")``) for
+native ids. The driver makes one RPC per actor per batch (the share's actions as one array per
+leaf, at most one request in flight per actor) and copies each reply's arrays into its own
+preallocated batch buffers; ``ExecutorVectorEnv`` owns the Gymnasium contract.
+
+Faults: an actor that dies (process killed, node lost: ``RayActorError``) or stays silent past
+``step_timeout`` is killed and reported as ``EnvWorkerError`` naming its envs; an env that
+raises comes back as the same error as on every backend (env index, remote traceback). With
+``restart_failed=True`` the actor is built again wherever Ray finds room, and its envs'
+episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a worker).
+
+First-ready async (``batch_size < num_envs``, engine ``serial``): ``send`` / ``recv`` as the
+pool's; an actor steps the envs it was sent one at a time and answers with their rows, the
+driver waits on the actors' replies with ``ray.wait`` and hands out the first that are ready.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import re
+import time
+import traceback
+import weakref
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from gymnasium.vector import AutoresetMode
+
+from envfleet.executors.base import (
+    DEFAULT_STEP_TIMEOUT,
+    EnvWorkerError,
+    ExecutorVectorEnv,
+    RemoteTraceback,
+    buffer_layout,
+    failure_error,
+    spaces_mismatch,
+)
+from envfleet.executors.group import FAILURE_KEY, EnvFailure, EnvGroup, Infos
+from envfleet.executors.pool import PoolVectorEnv
+from envfleet.executors.processes import MIN_START_TIMEOUT, split
+from envfleet.executors.serial import check_same_spaces
+from envfleet.executors.shared_memory import assign_rows, copy_row, nest, take_rows
+
+ENGINES = ("serial", "pool", "numba")
+#: how long actors asked to close may take before they are killed
+CLOSE_GRACE = 2.0
+#: the stand-in reply of an actor lost (and started again) during a call
+LOST = ("lost",)
+#: where a local engine's messages name its envs: "env 3's step()", "env 3 raised" (at the
+#: start), "(envs 0..3, pid ..)" / "(env 2, pid ..)" (a pool worker), "running env 3's"
+_ENV_NUMBER = re.compile(r"(^env |\(envs? |running env )(\d+)(?:\.\.(\d+))?")
+
+
+def _output_names(arrays: dict[str, np.ndarray]) -> list[str]:
+    """The leaves an engine writes: observations, rewards, flags, final observations."""
+    return [k for k in arrays if k.split(".")[0] != "act"]
+
+
+def _shift_env_numbers(text: str, offset: int) -> str:
+    """``text`` with its env numbers ("env 3", "envs 0..3") moved by ``offset`` (a local
+    engine's indices as the driver's)."""
+    def shift(m: re.Match) -> str:
+        stop = f"..{int(m.group(3)) + offset}" if m.group(3) else ""
+        return f"{m.group(1)}{int(m.group(2)) + offset}{stop}"
+    return _ENV_NUMBER.sub(shift, text)
+
+
+class ShareRunner:
+    """The body of one actor: envs ``start .. stop - 1`` and the local engine that steps
+    them. Every method answers ("ok", ...) or an error tuple, never raises: ``("error",
+    EnvFailure.as_tuple())``, ``("env_error", message, env index, traceback)`` (a local
+    engine's EnvWorkerError, indices already the driver's) or ``("raise", exception,
+    traceback)``."""
+
+    def __init__(self, engine: str, payload: Any, start: int, stop: int, mode: AutoresetMode,
+                 restart_failed: bool, engine_options: dict[str, Any]) -> None:
+        self.start, self.stop, self.mode, self.engine = start, stop, mode, engine
+        self.group: EnvGroup | None = None
+        self.vec: Any = None
+        self.pending_fresh = False  # native NEXT_STEP after a restart: next step = reset obs
+        self.error: tuple | None = None
+        try:
+            self._build(payload, restart_failed, engine_options)
+        except Exception as error:
+            self.error = self._failed(error)
+
+    def _build(self, payload: Any, restart_failed: bool, options: dict[str, Any]) -> None:
+        k = self.stop - self.start
+        if self.engine == "numba":
+            from envfleet.registry import make
+
+            env_id, env_kwargs, max_steps = payload
+            self.vec = make(env_id, k, backend="numba", autoreset_mode=self.mode, copy=False,
+                            max_episode_steps=max_steps, **options, **env_kwargs)
+        elif self.engine == "pool":
+            self.vec = PoolVectorEnv(payload, autoreset_mode=self.mode, copy=False,
+                                     restart_failed=restart_failed, **options)
+        else:
+            envs = []
+            try:
+                for j, factory in enumerate(payload):
+                    try:
+                        envs.append(factory())
+                    except Exception as error:
+                        raise EnvFailure(self.start + j, "make", error) from error
+                check_same_spaces(envs, first=self.start)
+            except BaseException:
+                for env in envs:
+                    with contextlib.suppress(Exception):
+                        env.close()
+                raise
+            first = envs[0]
+            self.spaces = (first.observation_space, first.action_space)
+            self.meta = (getattr(first, "metadata", None), getattr(first, "render_mode", None))
+        if self.vec is not None:
+            self.spaces = (self.vec.single_observation_space, self.vec.single_action_space)
+            self.meta = (self.vec.metadata, self.vec.render_mode)
+        obs_space, act_space = self.spaces
+        self.arrays = buffer_layout(obs_space, act_space, k, self.mode).local()
+        if self.engine == "numba":  # rewards as the native env gives them
+            self.arrays["rewards"] = np.zeros(k, np.asarray(self.vec.engine.rewards).dtype)
+        self.outputs = _output_names(self.arrays)
+        self.obs = nest(obs_space, self.arrays, "obs")
+        self.final_obs = (nest(obs_space, self.arrays, "final_obs")
+                          if self.mode is AutoresetMode.SAME_STEP else None)
+        if self.vec is None:
+            self.group = EnvGroup(envs, self.start, 0, self.mode, obs_space, act_space,
+                                  self.arrays, factories=payload if restart_failed else None)
+
+    def _failed(self, error: BaseException) -> tuple:
+        if isinstance(error, EnvFailure):
+            return ("error", error.as_tuple())
+        tb = "".join(traceback.format_exception(error))
+        if isinstance(error, EnvWorkerError):
+            index = None if error.env_index is None else error.env_index + self.start
+            return ("env_error", _shift_env_numbers(str(error), self.start), index,
+                    error.worker_traceback or tb)
+        return ("raise", error, tb)
+
+    def hello(self) -> tuple:
+        """The envs' spaces, metadata and this actor's process and node (or what failed)."""
+        if self.error is not None:
+            return self.error
+        import os
+
+        import ray
+
+        return ("ok", self.spaces, self.meta, self.arrays["rewards"].dtype, os.getpid(),
+                ray.get_runtime_context().get_node_id())
+
+    def reset(self, mask: np.ndarray | None, seeds: list | None,
+              options: dict[str, Any] | None) -> tuple:
+        """Reset the masked envs; ("ok", outputs, infos, [], batched info)."""
+        try:
+            if self.group is not None:
+                infos = self.group.reset(mask, seeds, options)
+                return ("ok", self._rows(), infos, [], None)
+            options = dict(options or {})
+            if mask is not None:
+                options["reset_mask"] = mask
+            obs, info = self.vec.reset(seed=seeds, options=options or None)
+            self.pending_fresh = False
+            assign_rows(self.obs, obs, slice(None))
+            self.arrays["rewards"][:] = 0
+            self.arrays["terminated"][:] = False
+            self.arrays["truncated"][:] = False
+            return ("ok", self._rows(), [], [], info or None)
+        except Exception as error:
+            return self._failed(error)
+
+    def pend(self) -> tuple:
+        """After a restart (NEXT_STEP): the next step resets every env of this share."""
+        if self.group is not None:
+            self.group.pending[:] = True
+            return ("ok",)
+        reply = self.reset(None, None, None)
+        self.pending_fresh = reply[0] == "ok"
+        return reply[:1] if reply[0] == "ok" else reply
+
+    def step(self, actions: dict[str, np.ndarray]) -> tuple:
+        """Step every env with ``actions`` (one array per action leaf); ("ok", outputs, infos,
+        final infos, batched info)."""
+        try:
+            for name, value in actions.items():
+                assign_rows(self.arrays[name], value, slice(None))
+            if self.group is not None:
+                infos, finals = self.group.step()
+                return ("ok", self._rows(), infos, finals, None)
+            if self.pending_fresh:  # the reset observations, as NEXT_STEP's reset step
+                self.pending_fresh = False
+                self.arrays["rewards"][:] = 0
+                self.arrays["terminated"][:] = False
+                self.arrays["truncated"][:] = False
+                return ("ok", self._rows(), [], [], None)
+            act = nest(self.spaces[1], self.arrays, "act")
+            obs, rewards, terminated, truncated, info = self.vec.step(act)
+            a = self.arrays
+            assign_rows(self.obs, obs, slice(None))
+            a["rewards"][:], a["terminated"][:], a["truncated"][:] = \
+                rewards, terminated, truncated
+            info = dict(info)
+            if "final_obs" in info:
+                final = info.pop("final_obs")
+                if isinstance(final, np.ndarray) and final.dtype != object:
+                    assign_rows(self.final_obs, final, slice(None))
+                else:  # Dict / Tuple observations: Sync's object array, None for the others
+                    for j in np.flatnonzero(info["_final_obs"]).tolist():
+                        assign_rows(self.final_obs, final[j], j)
+            for key in ("_final_obs", "_final_info"):
+                info.pop(key, None)
+            if not info.get("final_info", True):
+                del info["final_info"]
+            return ("ok", self._rows(), [], [], info or None)
+        except Exception as error:
+            return self._failed(error)
+
+    def step_some(self, ids: np.ndarray, actions: dict[str, np.ndarray]) -> tuple:
+        """Async: step envs ``ids`` (the driver's indices) one at a time; ("ok", their
+        outputs, [(id, info, final info)] for those with infos)."""
+        local = ids - self.start
+        try:
+            for name, value in actions.items():
+                assign_rows(self.arrays[name], value, local)
+            reports = []
+            for i, j in zip(ids.tolist(), local.tolist(), strict=True):
+                info, final = self.group.step_one(j)
+                if info or final:
+                    reports.append((i, info, final))
+            return ("ok", {k: take_rows(self.arrays[k], local) for k in self.outputs}, reports)
+        except Exception as error:
+            return self._failed(error)
+
+    def call(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+             kwargs: dict[str, Any]) -> tuple:
+        """Local envs ``rows``' attribute ``name`` (Gymnasium's ``call``)."""
+        try:
+            if self.group is not None:
+                return ("ok", self.group.call(rows, name, args, kwargs))
+            if self.engine == "pool":
+                return ("ok", list(self.vec.call_at(rows, name, *args, **kwargs)))
+            if name == "render" and not args and not kwargs:
+                return ("ok", list(self.vec.render(env_indices=rows)))
+            raise NotImplementedError(
+                f"call({name!r}): native envs on ray run as one kernel per actor, without "
+                f"per-env attributes; only call('render') is supported")
+        except Exception as error:
+            return self._failed(error)
+
+    def set_attr(self, rows: list[int], name: str, values: list[Any]) -> tuple:
+        """Set local env ``rows[k]``'s attribute ``name`` to ``values[k]``."""
+        try:
+            if self.group is not None:
+                self.group.set_attr(rows, name, values)
+            elif self.engine == "pool":
+                self.vec.set_attr_at(rows, name, values)
+            else:
+                raise NotImplementedError(
+                    f"set_attr({name!r}): native envs on ray have no per-env attributes")
+            return ("ok",)
+        except Exception as error:
+            return self._failed(error)
+
+    def close(self) -> None:
+        """Close the envs (errors ignored)."""
+        with contextlib.suppress(Exception):
+            if self.group is not None:
+                self.group.close()
+            elif self.vec is not None:
+                self.vec.close()
+
+    def _rows(self) -> dict[str, np.ndarray]:
+        return {k: self.arrays[k] for k in self.outputs}
+
+
+@dataclass(frozen=True)
+class NativeEnvs:
+    """``num_envs`` envs of native id ``env_id`` (each actor runs its share as one kernel)."""
+
+    env_id: str
+    num_envs: int
+    env_kwargs: dict[str, Any] = field(default_factory=dict)
+    max_episode_steps: int | None = None
+
+
+@dataclass
+class Actor:
+    """One actor of the driver, its share and its async state."""
+
+    index: int
+    start: int
+    stop: int
+    handle: Any = None
+    pid: int | None = None
+    node: str | None = None
+    ref: Any = None  # async: the request in flight
+    ids: np.ndarray | None = None  # async: the envs of that request
+    queue: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)
+    heard: float = 0.0  # async: when it last answered (or was given work while idle)
+
+    def describe(self) -> str:
+        envs = f"env {self.start}" if self.stop - self.start == 1 else \
+            f"envs {self.start}..{self.stop - 1}"
+        node = f", node {self.node[:12]}" if self.node else ""
+        return f"ray actor {self.index} ({envs}{node})"
+
+
+def _import_ray() -> Any:
+    try:
+        import ray
+    except ImportError:
+        from envfleet.registry import BackendUnavailableError
+
+        raise BackendUnavailableError("backend 'ray' cannot run here: needs ray: pip install "
+                                      "'envfleet[ray]'") from None
+    return ray
+
+
+def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
+    """Close and kill every actor; shut Ray down if this env started it (idempotent)."""
+    try:
+        import ray
+    except ImportError:
+        return
+
+    if ray.is_initialized():
+        handles = [a.handle for a in actors if a.handle is not None]
+        refs = []
+        for h in handles:
+            with contextlib.suppress(Exception):
+                refs.append(h.close.remote())
+        with contextlib.suppress(Exception):
+            ray.wait(refs, num_returns=len(refs), timeout=CLOSE_GRACE)
+        for h in handles:
+            with contextlib.suppress(Exception):
+                ray.kill(h, no_restart=True)
+    actors.clear()
+    if owns_ray and owns_ray[0]:
+        owns_ray[0] = False
+        with contextlib.suppress(Exception):
+            ray.shutdown()
+
+
+def _check_int(name: str, value: Any, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+class RayVectorEnv(ExecutorVectorEnv):
+    """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
+    engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids)."""
+
+    backend = "ray"
+
+    def __init__(self, envs: list[Callable[[], Any]] | NativeEnvs, *,
+                 autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+                 seed: int | None = None, copy: bool = True,
+                 num_workers: int | None = None, envs_per_worker: int | None = None,
+                 address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
+                 resources: dict[str, float] | None = None, placement: Any = "SPREAD",
+                 engine: str | None = None, engine_options: dict[str, Any] | None = None,
+                 step_timeout: float = DEFAULT_STEP_TIMEOUT, batch_size: int | None = None,
+                 restart_failed: bool = False) -> None:
+        native = envs if isinstance(envs, NativeEnvs) else None
+        num_envs = native.num_envs if native is not None else len(envs)
+        super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
+        self._actors: list[Actor] = []
+        self._owns_ray = [False]
+        self._finalizer = weakref.finalize(self, _shutdown, self._actors, self._owns_ray)
+        engine = engine or ("numba" if native is not None else "serial")
+        if engine not in ENGINES:
+            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
+        if (engine == "numba") != (native is not None):
+            raise ValueError("engine 'numba' runs native ids (envfleet.make('CartPole-v1', n, "
+                             "backend='ray')); Gymnasium envs run on engine 'serial' or 'pool'")
+        if not (isinstance(step_timeout, int | float) and step_timeout > 0):
+            raise ValueError(f"step_timeout must be a number of seconds > 0, got "
+                             f"{step_timeout!r}")
+        if engine_options is not None and not isinstance(engine_options, dict):
+            raise TypeError(f"engine_options must be a dict, got {engine_options!r}")
+        if batch_size is None:
+            batch_size = num_envs
+        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) \
+                or not 1 <= batch_size <= num_envs:
+            raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs="
+                             f"{num_envs}, got {batch_size!r}")
+        if batch_size < num_envs and engine != "serial":
+            raise ValueError(f"first-ready async (batch_size < num_envs) steps envs one at a "
+                             f"time: it needs engine='serial', not {engine!r}")
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+            if value is not None:
+                _check_int(name, value)
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
+        self.batch_size = int(batch_size)
+        self.engine = engine
+        self.step_timeout = float(step_timeout)
+        self.restart_failed = bool(restart_failed)
+        ray = _import_ray()
+        if not ray.is_initialized():
+            # (no address: Ray's own rule: RAY_ADDRESS, else the latest local cluster, else a
+            # new local instance, which close() shuts down)
+            ray.init(address=address)
+            self._owns_ray[0] = True
+        try:
+            if num_workers is None:
+                if envs_per_worker is not None:
+                    num_workers = math.ceil(num_envs / envs_per_worker)
+                else:
+                    cpus = ray.cluster_resources().get("CPU", 1.0)
+                    num_workers = max(1, int(cpus // num_cpus) if num_cpus else int(cpus))
+            self.num_workers = min(int(num_workers), num_envs)
+            actor_options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus,
+                                             "max_restarts": 0, "max_concurrency": 1}
+            if resources:
+                actor_options["resources"] = dict(resources)
+            if placement is not None:
+                actor_options["scheduling_strategy"] = placement
+            self._actor_cls = ray.remote(ShareRunner).options(**actor_options)
+            self._payloads = [
+                (native.env_id, native.env_kwargs, native.max_episode_steps)
+                if native is not None else envs[start:stop]
+                for start, stop in split(num_envs, self.num_workers)]
+            self._engine_options = dict(engine_options or {})
+            self._start()
+        except BaseException:
+            self._finalizer()
+            raise
+        self._batched: list[tuple[int, int, dict[str, Any]]] = []
+        self._refs: list[Any] = []  # the requests of the exchange under way
+        self._lost: dict[int, str] = {}
+        self._restart_infos: Infos = []
+        self._owner = np.empty(num_envs, dtype=np.int64)
+        for a in self._actors:
+            self._owner[a.start:a.stop] = a.index
+        self._init_async()
+
+    # --- start-up ----------------------------------------------------------------------------
+
+    def _spawn(self, a: Actor) -> Any:
+        a.handle = self._actor_cls.remote(self.engine, self._payloads[a.index], a.start,
+                                          a.stop, self.autoreset_mode, self.restart_failed,
+                                          self._engine_options)
+        return a.handle.hello.remote()
+
+    def _start(self) -> None:
+        shares = split(self.num_envs, self.num_workers)
+        self._actors.extend(Actor(w, start, stop) for w, (start, stop) in enumerate(shares))
+        refs = [self._spawn(a) for a in self._actors]
+        hellos = self._gather(self._actors, refs, "make",
+                              max(self.step_timeout, MIN_START_TIMEOUT))
+        for a, hello in zip(self._actors, hellos, strict=True):
+            a.pid, a.node = hello[4], hello[5]
+        (obs_space, act_space), (metadata, render_mode) = hellos[0][1], hellos[0][2]
+        for a, hello in zip(self._actors[1:], hellos[1:], strict=True):
+            for what, theirs, mine in zip(("observation_space", "action_space"), hello[1],
+                                          (obs_space, act_space), strict=True):
+                if theirs != mine:
+                    raise spaces_mismatch(a.start, what, theirs, 0, mine)
+        layout = self._setup(obs_space, act_space, metadata, render_mode)
+        arrays = layout.local()
+        arrays["rewards"] = np.zeros(self.num_envs, hellos[0][3])
+        self._bind(arrays)
+        self._outputs = _output_names(self.arrays)
+        self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
+
+    @property
+    def actor_nodes(self) -> list[str | None]:
+        """The Ray node id of each actor (in env order)."""
+        return [a.node for a in self._actors]
+
+    @property
+    def actor_pids(self) -> list[int | None]:
+        """The process id of each actor (on its node)."""
+        return [a.pid for a in self._actors]
+
+    # --- talking to the actors ---------------------------------------------------------------
+
+    def _gather(self, actors: list[Actor], refs: list[Any], phase: str,
+                timeout: float) -> list[tuple]:
+        """The replies of ``actors`` to ``refs`` (in order); a dead or silent actor is restarted
+        (``LOST`` reply) or fatal; an env's error is raised once every actor answered."""
+        import ray
+        from ray.exceptions import GetTimeoutError, RayActorError
+
+        self._refs = refs
+        deadline = time.monotonic() + timeout
+        try:  # the common case in one call: every actor answers in time
+            replies = ray.get(refs, timeout=timeout)
+        except (GetTimeoutError, RayActorError):
+            replies = None
+        if replies is not None:
+            self._refs = []
+            for reply in replies:
+                if reply[0] != "ok":
+                    _raise_error(reply)
+            return replies
+        ready, _ = ray.wait(refs, num_returns=len(refs), fetch_local=True,
+                            timeout=max(deadline - time.monotonic(), 0.0))
+        ready_set = set(ready)
+        replies = []
+        for a, ref in zip(actors, refs, strict=True):
+            if ref not in ready_set:
+                replies.append(self._failed(a, f"did not answer within step_timeout="
+                                               f"{self.step_timeout:g} s", phase))
+                continue
+            try:
+                replies.append(ray.get(ref))
+            except RayActorError as error:
+                replies.append(self._failed(a, f"died ({_death(error)})", phase))
+        self._refs = []
+        for reply in replies:
+            _raise_error(reply)
+        return replies
+
+    def _failed(self, a: Actor, what: str, phase: str) -> tuple:
+        """Actor ``a`` died or hung: restart it (``LOST``) or shut everything down (raise)."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            ray.kill(a.handle, no_restart=True)
+        if not self.restart_failed or phase == "make":
+            message = f"{a.describe()} {what} during {phase}()"
+            self._broken = message
+            self._finalizer()
+            raise EnvWorkerError(message, env_index=a.start if a.stop - a.start == 1 else None)
+        self._restart(a, what, phase)
+        return LOST
+
+    def _restart(self, a: Actor, what: str, phase: str) -> None:
+        """Build actor ``a`` again (any node with room); after a step its envs' episodes end
+        (NEXT_STEP: reset on the next step; SAME_STEP: reset now, the last observation as
+        the final one; DISABLED: left to ``reset_mask``)."""
+        lost = f"{a.describe()} {what}"
+        reply = self._gather([a], [self._spawn(a)], "make",
+                             max(self.step_timeout, MIN_START_TIMEOUT))[0]
+        a.pid, a.node = reply[4], reply[5]
+        a.ref, a.ids, a.queue = None, None, []
+        rows = slice(a.start, a.stop)
+        self._lost[a.index] = f"{lost}; it was restarted on node {a.node[:12]}"
+        if phase != "step":
+            return
+        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+            self._gather([a], [a.handle.pend.remote()], phase, self.step_timeout)
+        elif self.autoreset_mode is AutoresetMode.SAME_STEP:
+            copy_row(self._obs, self._final_obs, rows)
+            reply = self._gather([a], [a.handle.reset.remote(None, None, None)], phase,
+                                 self.step_timeout)[0]
+            if reply is LOST:
+                raise EnvWorkerError(f"{a.describe()} was lost again while its envs were reset "
+                                     f"after a restart")
+            for name in self._outputs:
+                if name.split(".")[0] == "obs":
+                    assign_rows(self.arrays[name], reply[1][name], rows)
+            self._restart_infos += reply[2]
+            if reply[4]:
+                self._batched.append((a.start, a.stop, reply[4]))
+
+    def _write(self, a: Actor, outputs: dict[str, np.ndarray], mask: np.ndarray | None,
+               names: list[str] | None = None) -> None:
+        """Copy an actor's reply rows into the batch buffers (only ``mask``'s rows if given)."""
+        for name in names or self._outputs:
+            value = outputs.get(name)
+            if value is None:
+                continue
+            rows = self.arrays[name][a.start:a.stop]
+            if mask is None:
+                assign_rows(rows, value, slice(None))
+            else:
+                assign_rows(rows, take_rows(value, mask), mask)
+
+    # --- executor hooks ------------------------------------------------------------------------
+
+    def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                    options: dict[str, Any] | None) -> Infos:
+        self._lost, self._restart_infos = {}, []
+        actors = [a for a in self._actors if mask is None or mask[a.start:a.stop].any()]
+        infos = self._reset_actors(actors, mask, seeds, options)
+        if self._lost:  # restarted actors: reset their new envs (once)
+            lost = dict(self._lost)
+            again = [self._actors[i] for i in lost]
+            self._lost = {}
+            infos = [(i, info) for i, info in infos if self._owner[i] not in lost]
+            infos += self._reset_actors(again, mask, seeds, options)
+            if self._lost:
+                a = self._actors[next(iter(self._lost))]
+                self._broken = f"{a.describe()} was lost again while its envs were reset"
+                self._finalizer()
+                raise EnvWorkerError(self._broken)
+            infos += self._failure_infos(lost, mask)
+        return infos
+
+    def _reset_actors(self, actors: list[Actor], mask: np.ndarray | None,
+                      seeds: list[int | None] | None, options: dict[str, Any] | None) -> Infos:
+        refs = [a.handle.reset.remote(None if mask is None else mask[a.start:a.stop],
+                                      None if seeds is None else seeds[a.start:a.stop],
+                                      options) for a in actors]
+        replies = self._gather(actors, refs, "reset", self.step_timeout)
+        infos: Infos = []
+        for a, reply in zip(actors, replies, strict=True):
+            if reply is LOST:
+                continue
+            self._write(a, reply[1], None if mask is None else mask[a.start:a.stop])
+            infos += reply[2]
+            if reply[4]:
+                self._batched.append((a.start, a.stop, reply[4]))
+        return infos
+
+    def _step_envs(self) -> tuple[Infos, Infos]:
+        self._lost, self._restart_infos = {}, []
+        refs = [a.handle.step.remote({k: self.arrays[k][a.start:a.stop]
+                                      for k in self._action_names}) for a in self._actors]
+        replies = self._gather(self._actors, refs, "step", self.step_timeout)
+        infos: Infos = []
+        finals: Infos = []
+        for a, reply in zip(self._actors, replies, strict=True):
+            if reply is LOST:
+                continue
+            self._write(a, reply[1], None)
+            infos += reply[2]
+            finals += reply[3]
+            if reply[4]:
+                self._batched.append((a.start, a.stop, reply[4]))
+        if self._lost:  # their envs' episodes end here, truncated
+            for index in self._lost:
+                a = self._actors[index]
+                self.arrays["rewards"][a.start:a.stop] = 0
+                self.arrays["terminated"][a.start:a.stop] = False
+                self.arrays["truncated"][a.start:a.stop] = True
+            failures = self._failure_infos(self._lost, None)
+            infos += self._restart_infos + failures
+            if self.autoreset_mode is AutoresetMode.SAME_STEP:
+                finals += failures
+        return infos, finals
+
+    def _failure_infos(self, lost: dict[int, str], mask: np.ndarray | None) -> Infos:
+        """``info["env_failure"]`` for every env (in ``mask``) of the ``lost`` actors."""
+        return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
+                for i in range(self._actors[index].start, self._actors[index].stop)
+                if mask is None or mask[i]]
+
+    def _by_actor(self, rows: list[int]) -> dict[int, list[int]]:
+        """Actor index -> its local rows among envs ``rows`` (in ``rows``' order)."""
+        owners: dict[int, list[int]] = {}
+        for i in rows:
+            a = self._actors[int(self._owner[i])]
+            owners.setdefault(a.index, []).append(i - a.start)
+        return dict(sorted(owners.items()))
+
+    def call_at(self, env_indices: Any, name: str | Callable[..., Any], *args: Any,
+                **kwargs: Any) -> tuple[Any, ...]:
+        """As ``ExecutorVectorEnv.call_at``; native envs (one kernel per actor) have no per-env
+        attributes: only ``call("render")`` runs there."""
+        if self.engine == "numba" and (name != "render" or args or kwargs):
+            raise NotImplementedError(
+                f"call({name!r}): native envs on ray run as one kernel per actor, without "
+                f"per-env attributes; only call('render') is supported")
+        return super().call_at(env_indices, name, *args, **kwargs)
+
+    def set_attr_at(self, env_indices: Any, name: str, values: Any) -> None:
+        """As ``ExecutorVectorEnv.set_attr_at`` (not for native envs: no per-env attributes)."""
+        if self.engine == "numba":
+            raise NotImplementedError(f"set_attr({name!r}): native envs on ray have no per-env "
+                                      f"attributes")
+        super().set_attr_at(env_indices, name, values)
+
+    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
+                   kwargs: dict[str, Any]) -> list[Any]:
+        self._check_idle(f"call {name!r}")
+        owners = self._by_actor(rows)
+        actors = [self._actors[index] for index in owners]
+        refs = [a.handle.call.remote(owners[a.index], name, args, kwargs) for a in actors]
+        replies = self._gather(actors, refs, "call", self.step_timeout)
+        if any(reply is LOST for reply in replies):
+            raise EnvWorkerError(f"call({name!r}): {'; '.join(self._lost.values())}")
+        results = {a.index: iter(reply[1]) for a, reply in zip(actors, replies, strict=True)}
+        return [next(results[int(self._owner[i])]) for i in rows]
+
+    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
+        self._check_idle(f"set {name!r}")
+        owners = self._by_actor(rows)
+        actors = [self._actors[index] for index in owners]
+        mine: dict[int, list[Any]] = {}
+        for i, v in zip(rows, values, strict=True):
+            mine.setdefault(int(self._owner[i]), []).append(v)
+        refs = [a.handle.set_attr.remote(owners[a.index], name, mine[a.index])
+                for a in actors]
+        replies = self._gather(actors, refs, "set_attr", self.step_timeout)
+        if any(reply is LOST for reply in replies):
+            raise EnvWorkerError(f"set_attr({name!r}): {'; '.join(self._lost.values())}")
+
+    def _resync(self) -> None:
+        """After an interrupted call: wait for the requests still under way (dropping their
+        answers); an actor that does not answer within ``step_timeout`` failed."""
+        import ray
+
+        busy = [a for a in self._actors if a.ref is not None]
+        refs = self._refs + [a.ref for a in busy]
+        self._refs = []
+        for a in busy:
+            a.ref, a.ids, a.queue = None, None, []
+        if refs:
+            _, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.step_timeout)
+            if waiting:
+                self._broken = "an actor did not answer within step_timeout after an interrupt"
+                self._finalizer()
+                raise EnvWorkerError(self._broken)
+
+    def _close_executor(self) -> None:
+        self._finalizer()
+
+    # --- the Gymnasium API (batched infos of native / pool engines, async) ---------------------
+
+    def reset(self, *, seed: Any = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """As ``ExecutorVectorEnv.reset``; in async mode envs still stepping are waited for
+        first, and the reset envs are queued for ``recv`` (EnvPool's async reset)."""
+        self._check_usable()
+        if self._in_flight.any() and not self._interrupted:
+            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"), "reset()")
+        self._batched = []
+        obs, infos = super().reset(seed=seed, options=options)
+        infos = self._merge_batched(infos)
+        mask = (options or {}).get("reset_mask")
+        if mask is None or np.asarray(mask).all():
+            self._clear_async(list(range(self.num_envs)))
+        else:
+            ids = np.flatnonzero(np.asarray(mask)).tolist()
+            for e in ids:
+                self._ready.pop(e, None)
+                self._ready_infos.pop(e, None)
+            self._ready.update(dict.fromkeys(ids))
+        return obs, infos
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env (``batch_size == num_envs`` only; async envs use send / recv)."""
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"this env is asynchronous (batch_size={self.batch_size} < num_envs="
+                f"{self.num_envs}): use send(actions, env_ids) and recv() instead of step()")
+        self._check_usable()
+        if self._in_flight.any():
+            raise RuntimeError(f"{int(self._in_flight.sum())} env(s) sent with send() are still "
+                               f"stepping: recv() them before calling step()")
+        self._batched = []
+        *result, infos = super().step(actions)
+        self._clear_async(None)
+        return (*result, self._merge_batched(infos))
+
+    def _merge_batched(self, infos: dict[str, Any]) -> dict[str, Any]:
+        """Add the actors' batched infos (native / pool engines) at their rows."""
+        for start, stop, info in self._batched:
+            final = info.pop("final_info", None)
+            _add_batched(infos, info, start, stop, self.num_envs)
+            if final:
+                infos["final_info"] = _add_batched(infos.get("final_info", {}), final, start,
+                                                   stop, self.num_envs)
+        self._batched = []
+        return infos
+
+    # first-ready async: the pool's front end (checks, FIFO of ready envs, info assembly) over
+    # the hooks below (_send_to_owners, _collect, _check_hung)
+    send = PoolVectorEnv.send
+    recv = PoolVectorEnv.recv
+    _check_idle = PoolVectorEnv._check_idle
+
+    def _init_async(self) -> None:
+        self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
+        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
+        self._ready_infos: dict[int, tuple[dict, dict]] = {}
+        self._action_batch_spaces: dict[int, Any] = {}
+
+    def _clear_async(self, ready: list[int] | None) -> None:
+        self._in_flight[:] = False
+        self._ready = dict.fromkeys(ready or ())
+        self._ready_infos = {}
+        for a in self._actors:
+            a.ref, a.ids, a.queue = None, None, []
+
+    def _send_to_owners(self, ids: np.ndarray) -> None:
+        """Queue each owning actor's envs among ``ids``; an idle actor gets them at once."""
+        owners = self._owner[ids]
+        for index in np.unique(owners).tolist():
+            part = ids[owners == index]
+            a = self._actors[index]
+            self._in_flight[part] = True
+            for e in part.tolist():
+                self._ready.pop(e, None)
+                self._ready_infos.pop(e, None)
+            a.queue.append((part, {k: take_rows(self.arrays[k], part)
+                                   for k in self._action_names}))
+            if a.ref is None:
+                self._submit(a)
+
+    def _submit(self, a: Actor) -> None:
+        """Send actor ``a`` everything queued for it, as one request."""
+        parts, a.queue = a.queue, []
+        ids = np.concatenate([p for p, _ in parts])
+        actions = {k: np.concatenate([acts[k] for _, acts in parts])
+                   for k in self._action_names}
+        a.ids, a.heard = ids, time.monotonic()
+        a.ref = a.handle.step_some.remote(ids, actions)
+
+    def _collect(self, count: int, phase: str) -> None:
+        """Wait until ``count`` more envs have reported (or a fault: raised)."""
+        import ray
+
+        while count > 0:
+            count -= self._check_hung(phase)
+            if count <= 0:
+                break
+            busy = {a.ref: a for a in self._actors if a.ref is not None}
+            remaining = min(a.heard for a in busy.values()) + self.step_timeout \
+                - time.monotonic()
+            ready, _ = ray.wait(list(busy), num_returns=1, timeout=max(remaining, 0.0),
+                                fetch_local=True)
+            for ref in ready:
+                count -= self._report(busy[ref], phase)
+
+    def _report(self, a: Actor, phase: str) -> int:
+        """Take actor ``a``'s answer: its envs are ready; returns how many."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        ref, ids = a.ref, a.ids
+        a.ref, a.ids = None, None
+        try:
+            reply = ray.get(ref)
+        except RayActorError as error:
+            self._failed(a, f"died ({_death(error)})", phase)
+            return self._async_lost()
+        if reply[0] != "ok":
+            self._in_flight[ids] = False
+            if a.queue:
+                self._submit(a)
+            _raise_error(reply)
+        outputs, reports = reply[1], reply[2]
+        for name in self._outputs:
+            assign_rows(self.arrays[name], outputs[name], ids)
+        for i, info, final in reports:
+            self._ready_infos[i] = (info, final)
+        self._in_flight[ids] = False
+        self._ready.update(dict.fromkeys(ids.tolist()))
+        a.heard = time.monotonic()
+        if a.queue:
+            self._submit(a)
+        return len(ids)
+
+    def _check_hung(self, phase: str) -> int:
+        """Fail the actors silent for ``step_timeout`` with envs in flight; returns how many
+        in-flight envs came back (as truncated) through restarts."""
+        recovered = 0
+        now = time.monotonic()
+        for a in self._actors:
+            if a.ref is not None and a.heard + self.step_timeout <= now:
+                self._failed(a, f"did not answer within step_timeout={self.step_timeout:g} s",
+                             phase)
+                recovered += self._async_lost()
+        return recovered
+
+    def _async_lost(self) -> int:
+        """Envs of actors lost (and restarted) in async mode end as truncated and are ready for
+        ``recv``; returns how many of them were in flight."""
+        a_ = self.arrays
+        recovered = 0
+        restarted = dict(self._restart_infos)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+        for index, what in self._lost.items():
+            a = self._actors[index]
+            rows = slice(a.start, a.stop)
+            a_["rewards"][rows] = 0
+            a_["terminated"][rows] = False
+            a_["truncated"][rows] = True
+            recovered += int(self._in_flight[rows].sum())
+            self._in_flight[rows] = False
+            for e in range(a.start, a.stop):
+                self._ready.pop(e, None)
+                self._ready[e] = None
+                failure = {FAILURE_KEY: what}
+                self._ready_infos[e] = ({**restarted.get(e, {}), **failure},
+                                        failure if same_step else {})
+        self._lost, self._restart_infos = {}, []
+        return recovered
+
+
+def _death(error: BaseException) -> str:
+    """Why an actor died, in one line."""
+    text = str(error).strip().splitlines()
+    return text[0][:300] if text else type(error).__name__
+
+
+def _raise_error(reply: tuple) -> None:
+    """Raise what an actor's error reply stands for (nothing for "ok" and ``LOST``)."""
+    kind = reply[0]
+    if kind == "error":
+        raise failure_error(*reply[1])
+    if kind == "env_error":
+        _, message, index, tb = reply
+        error = EnvWorkerError(message, env_index=index, worker_traceback=tb)
+        raise error from RemoteTraceback(tb)
+    if kind == "raise":
+        raise reply[1] from RemoteTraceback(reply[2])
+
+
+def _add_batched(out: dict[str, Any], info: dict[str, Any], start: int, stop: int,
+                 num_envs: int) -> dict[str, Any]:
+    """Put a share's batched info (Gymnasium's dict of arrays with ``_key`` masks, envs
+    ``start .. stop - 1``) into ``out`` at those rows, as ``VectorEnv._add_info`` would have
+    env by env (an array's dtype is that of the first env that has the key)."""
+    for key, value in info.items():
+        if key.startswith("_") and key[1:] in info:
+            continue
+        mask = np.asarray(info.get(f"_{key}", np.ones(stop - start, dtype=bool)))
+        if isinstance(value, dict):
+            out[key] = _add_batched(out.get(key, {}), value, start, stop, num_envs)
+        else:
+            value = np.asarray(value)
+            if key not in out:
+                out[key] = (np.full(num_envs, None, dtype=object) if value.dtype == object else
+                            np.zeros((num_envs, *value.shape[1:]), dtype=value.dtype))
+            out[key][start:stop][mask] = value[mask]
+        masks = out.setdefault(f"_{key}", np.zeros(num_envs, dtype=bool))
+        masks[start:stop] |= mask
+    return out

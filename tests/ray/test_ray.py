@@ -1,0 +1,372 @@
+"""``backend="ray"`` on a local 2-node Ray cluster: the executor contract (same trajectories
+as ``serial`` / the native numba env, autoreset modes, info masks, call / set_attr), first-ready
+async, every fault (env raises, actor killed, hung, node removed), restarts, and clean closes."""
+
+from __future__ import annotations
+
+import functools
+import time
+
+import numpy as np
+import pytest
+
+import envfleet
+from envfleet.executors.base import EnvAttributeError, EnvWorkerError, RemoteTraceback
+from envfleet.registry import BackendUnavailableError
+from tests.executors.envs import CountingEnv, FaultyEnv, SlowEnv
+from tests.executors.helpers import pid_gone
+
+ray = pytest.importorskip("ray")
+pytestmark = pytest.mark.usefixtures("cluster")
+
+MODES = ["NextStep", "SameStep", "Disabled"]
+#: actors take a sliver of a CPU: the tests run many on a 2-core machine
+SMALL = {"num_cpus": 0.1}
+
+
+def counting(n: int, length: int = 3, truncate_at: int | None = None):
+    return [functools.partial(CountingEnv, i, length, truncate_at) for i in range(n)]
+
+
+def on_ray(env, n: int, **options):
+    for k, v in SMALL.items():
+        options.setdefault(k, v)
+    return envfleet.make(env, n, backend="ray", **options)
+
+
+def assert_same(a, b, where: str = "") -> None:
+    """Equal batched values: arrays (dtype and values), object arrays, dicts, tuples."""
+    if isinstance(a, dict):
+        assert isinstance(b, dict) and sorted(a) == sorted(b), (where, sorted(a), sorted(b))
+        for k in a:
+            assert_same(a[k], b[k], f"{where}[{k!r}]")
+    elif isinstance(a, tuple | list):
+        assert isinstance(b, tuple | list) and len(a) == len(b), (where, a, b)
+        for k, (x, y) in enumerate(zip(a, b, strict=True)):
+            assert_same(x, y, f"{where}[{k}]")
+    elif isinstance(a, np.ndarray) and a.dtype == object:
+        assert b.dtype == object and a.shape == b.shape, where
+        for x, y in zip(a, b, strict=True):
+            assert_same(x, y, where)
+    elif isinstance(a, np.ndarray):
+        assert isinstance(b, np.ndarray) and a.dtype == b.dtype, (where, a, b)
+        np.testing.assert_array_equal(a, b, err_msg=where)
+    else:
+        assert a == b or (a is None and b is None), (where, a, b)
+
+
+def run_both(mine, reference, n: int, steps: int, actions, seed: int = 7) -> None:
+    """Step both envs alike (DISABLED: reset the ended envs) and compare every output."""
+    assert_same(mine.reset(seed=seed), reference.reset(seed=seed), "reset")
+    disabled = mine.metadata["autoreset_mode"].value == "Disabled"
+    for t in range(steps):
+        a = actions(t)
+        out, ref = mine.step(a), reference.step(a)
+        assert_same(out, ref, f"step {t}")
+        if disabled and (out[2] | out[3]).any():
+            mask = out[2] | out[3]
+            assert_same(mine.reset(options={"reset_mask": mask}),
+                        reference.reset(options={"reset_mask": mask}), f"reset {t}")
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_counting_envs_match_serial_in_every_autoreset_mode(mode) -> None:
+    n = 7  # shares 3, 2, 2: uneven on purpose
+    factories = counting(n, length=4, truncate_at=3)
+    factories[5] = functools.partial(CountingEnv, 5, 2)  # ends earlier: per-env info masks
+    env = on_ray(factories, n, num_workers=3, autoreset_mode=mode)
+    ref = envfleet.make(factories, n, backend="serial", autoreset_mode=mode)
+    try:
+        rng = np.random.default_rng(0)
+        run_both(env, ref, n, 9, lambda t: rng.integers(0, 5, n))
+        assert env.unwrapped.num_workers == 3
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_gymnasium_cartpole_matches_serial() -> None:
+    n = 5
+    env = on_ray("CartPole-v1", n, num_workers=2, engine="serial")
+    ref = envfleet.make("CartPole-v1", n, backend="serial")
+    try:
+        rng = np.random.default_rng(1)
+        run_both(env, ref, n, 40, lambda t: rng.integers(0, 2, n))
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_native_cartpole_is_the_numba_env() -> None:
+    """Each actor runs its share as one native kernel seeded ``seed + start``: the batch is
+    that of one numba env of all the envs (rewards float32, final_obs, info)."""
+    n, mode = 301, "SameStep"  # (each actor compiles the kernel: one test, the fuller mode)
+    env = on_ray("CartPole-v1", n, num_workers=2, autoreset_mode=mode)
+    ref = envfleet.make("CartPole-v1", n, backend="numba", autoreset_mode=mode)
+    try:
+        rng = np.random.default_rng(2)
+        run_both(env, ref, n, 60, lambda t: rng.integers(0, 2, n))
+        mask = np.zeros(n, dtype=bool)
+        mask[[3, 200]] = True
+        assert_same(env.reset(seed=[9] * n, options={"reset_mask": mask}),
+                    ref.reset(seed=[9] * n, options={"reset_mask": mask}))
+        with pytest.raises(NotImplementedError, match="native envs on ray"):
+            env.get_attr("gravity")
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_local_pool_engine_matches_serial_and_names_the_env() -> None:
+    n = 6
+    factories = [functools.partial(FaultyEnv, i, "step", 4, 4, 10) for i in range(n)]
+    env = on_ray(factories, n, num_workers=2, engine="pool", engine_options={"num_workers": 2})
+    ref = envfleet.make(factories, n, backend="serial")
+    try:
+        run_both(env, ref, n, 3, lambda t: np.full(n, t % 5))
+        assert env.get_attr("index") == tuple(range(n))
+        with pytest.raises(EnvWorkerError, match=r"env 4 raised RuntimeError in step\(\): boom in "
+                                                 r"env 4$") as caught:
+            env.step(np.zeros(n, dtype=np.int64))
+        assert caught.value.env_index == 4
+    finally:
+        env.close()
+        ref.close()
+
+
+def test_call_get_attr_set_attr() -> None:
+    n = 5
+    env = on_ray(counting(n), n, num_workers=2, seed=3)
+    try:
+        env.reset()
+        assert env.get_attr("index") == (0, 1, 2, 3, 4)
+        env.set_attr("length", [5, 6, 7, 8, 9])
+        env.set_attr_at([4, 0], "truncate_at", [40, 10])
+        assert env.get_attr("length") == (5, 6, 7, 8, 9)
+        assert env.call_at([4, 1, 3], "_obs")[0].tolist() == [4, 3 + 4, 0, 0]
+        assert env.call_at([3, 0], lambda e, k: e.truncate_at or k, 1) == (1, 10)
+        assert env.np_random_seed == tuple(3 + i for i in range(n))
+        with pytest.raises(EnvAttributeError, match="env 0 raised AttributeError"):
+            env.get_attr("nope")
+        assert not hasattr(env, "nope")
+        env.step(np.zeros(n, dtype=np.int64))  # a failed call needs no reset
+    finally:
+        env.close()
+
+
+def test_async_first_ready_a_slow_actor_does_not_hold_back_the_batch() -> None:
+    n = 4
+    factories = counting(2, length=50) + [functools.partial(SlowEnv, i, 50, 0.4)
+                                          for i in (2, 3)]
+    env = on_ray(factories, n, num_workers=2, batch_size=2, seed=0)
+    try:
+        env.reset()
+        with pytest.raises(RuntimeError, match="send"):
+            env.step(np.zeros(n, dtype=np.int64))
+        first = env.recv()[4]["env_id"].tolist()
+        env.send(np.zeros(2, dtype=np.int64), first)
+        second = env.recv()[4]["env_id"].tolist()
+        assert sorted(first + second) == [0, 1, 2, 3]
+        env.send(np.ones(2, dtype=np.int64), second)
+        start = time.monotonic()
+        served = []
+        for _ in range(6):
+            obs, _, _, _, info = env.recv()
+            ids = info["env_id"]
+            served += ids.tolist()
+            for k, i in enumerate(ids.tolist()):
+                assert obs[k][0] == i
+            env.send(np.zeros(2, dtype=np.int64), ids)
+        elapsed = time.monotonic() - start
+        assert served.count(0) >= 4 and served.count(2) <= 2, served
+        assert elapsed < 1.2, elapsed  # the slow actor's 0.4 s steps ran beside
+        with pytest.raises(ValueError, match="not waiting"):
+            env.send(np.zeros(1, dtype=np.int64), [0 if 0 in served[-2:] else 2])
+        obs, _ = env.reset()  # waits for the envs in flight
+        assert obs[:, 3].tolist() == [0, 0, 0, 0]
+    finally:
+        env.close()
+
+
+def test_env_exception_is_reported_with_the_remote_traceback_then_reset_recovers() -> None:
+    n = 4
+    factories = [functools.partial(FaultyEnv, i, "step", 2, 2) for i in range(n)]
+    env = on_ray(factories, n, num_workers=2)
+    try:
+        env.reset(seed=0)
+        env.step(np.zeros(n, dtype=np.int64))
+        with pytest.raises(EnvWorkerError, match="env 2 raised RuntimeError") as caught:
+            env.step(np.zeros(n, dtype=np.int64))
+        assert caught.value.env_index == 2
+        assert isinstance(caught.value.__cause__, RemoteTraceback)
+        assert "boom in env 2" in caught.value.worker_traceback
+        with pytest.raises(RuntimeError, match="reset"):
+            env.step(np.zeros(n, dtype=np.int64))
+        obs, _ = env.reset(seed=0)
+        assert obs[:, 1].tolist() == [0, 1, 2, 3]
+        env.step(np.zeros(n, dtype=np.int64))
+    finally:
+        env.close()
+
+
+@pytest.mark.parametrize("fault", ["kill", "hang"])
+def test_dead_or_hung_actor_is_fatal_without_restart(fault) -> None:
+    n = 4
+    factories = [functools.partial(FaultyEnv, i, fault, 3, 2) for i in range(n)]
+    env = on_ray(factories, n, num_workers=2, step_timeout=1.0)
+    pids = env.unwrapped.actor_pids
+    try:
+        env.reset(seed=0)
+        env.step(np.zeros(n, dtype=np.int64))
+        start = time.monotonic()
+        with pytest.raises(EnvWorkerError, match=r"ray actor 1 \(envs 2\.\.3.*(died|did not "
+                                                 r"answer within step_timeout=1 s)"):
+            env.step(np.zeros(n, dtype=np.int64))
+        assert time.monotonic() - start < 8
+        with pytest.raises(EnvWorkerError, match="shut down"):
+            env.reset()
+    finally:
+        env.close()
+    wait_gone(pids)
+
+
+@pytest.mark.parametrize(("fault", "mode"), [("kill", "NextStep"), ("hang", "SameStep")])
+def test_restart_failed_rebuilds_the_actor_and_truncates_its_episodes(fault, mode) -> None:
+    n = 4
+    factories = [functools.partial(FaultyEnv, i, fault, 3, 2) for i in range(n)]
+    env = on_ray(factories, n, num_workers=2, step_timeout=1.0, restart_failed=True,
+                 autoreset_mode=mode)
+    try:
+        env.reset(seed=0)
+        last, *_ = env.step(np.zeros(n, dtype=np.int64))
+        obs, rewards, terminated, truncated, info = env.step(np.zeros(n, dtype=np.int64))
+        assert truncated.tolist() == [False, False, True, True]
+        assert rewards[2:].tolist() == [0.0, 0.0] and not terminated.any()
+        assert info["_env_failure"].tolist() == [False, False, True, True]
+        assert "ray actor 1 (envs 2..3" in info["env_failure"][2]
+        assert "restarted" in info["env_failure"][2]
+        if mode == "SameStep":
+            np.testing.assert_array_equal(info["final_obs"][2:], last[2:])
+            assert obs[2:, 3].tolist() == [0, 0]  # reset at once
+        else:
+            np.testing.assert_array_equal(obs[2:], last[2:])
+            obs, *_ = env.step(np.zeros(n, dtype=np.int64))
+            assert obs[2:, 3].tolist() == [0, 0]  # reset on the next step
+        assert obs[:2, 3].tolist() == ([3, 3] if mode == "NextStep" else [2, 2])
+        env.step(np.zeros(n, dtype=np.int64))  # the others step on, the new actor too
+    finally:
+        env.close()
+
+
+def test_async_actor_killed_with_restart_comes_back_truncated() -> None:
+    n = 4
+    factories = [functools.partial(FaultyEnv, i, "kill", 1, 2) for i in range(n)]
+    env = on_ray(factories, n, num_workers=2, batch_size=2, restart_failed=True)
+    try:
+        env.reset(seed=0)
+        env.send(np.zeros(n, dtype=np.int64), np.arange(n))
+        for _ in range(2):
+            env.recv()
+        env.send(np.zeros(n, dtype=np.int64), np.arange(n))  # env 1 kills its actor
+        got = {}
+        for _ in range(2):
+            _, _, _, truncated, info = env.recv()
+            failed = info.get("_env_failure", np.zeros(2, dtype=bool))
+            for k, i in enumerate(info["env_id"].tolist()):
+                got[i] = (bool(truncated[k]), bool(failed[k]))
+        assert got == {0: (True, True), 1: (True, True), 2: (False, False),
+                       3: (False, False)}, got
+    finally:
+        env.close()
+
+
+def test_a_removed_node_is_reported_or_its_actors_rebuilt_elsewhere(cluster) -> None:
+    doomed = cluster.add_node(num_cpus=1, resources={"doomed": 2}, object_store_memory=80 * 2**20)
+    n = 4
+    fatal = on_ray(counting(n, 50), n, num_workers=1, num_cpus=0, resources={"doomed": 1})
+    restart = on_ray(counting(n, 50), n, num_workers=2, num_cpus=0,
+                     resources={"doomed": 0.5}, restart_failed=True)
+    spare = None
+    try:
+        assert set(fatal.unwrapped.actor_nodes + restart.unwrapped.actor_nodes) == \
+            {doomed.node_id}
+        fatal.reset(seed=0)
+        restart.reset(seed=0)
+        cluster.remove_node(doomed)
+        with pytest.raises(EnvWorkerError, match=r"ray actor 0 \(envs 0\.\.3.* died"):
+            fatal.step(np.zeros(n, dtype=np.int64))
+        spare = cluster.add_node(num_cpus=1, resources={"doomed": 2},
+                                 object_store_memory=80 * 2**20)
+        _, _, _, truncated, info = restart.step(np.zeros(n, dtype=np.int64))
+        assert truncated.all() and info["_env_failure"].all()
+        assert set(restart.unwrapped.actor_nodes) == {spare.node_id}
+        obs, *_ = restart.step(np.zeros(n, dtype=np.int64))
+        assert obs[:, 3].tolist() == [0] * n
+    finally:
+        fatal.close()
+        restart.close()
+        if spare is not None:
+            cluster.remove_node(spare)
+
+
+def actor_states() -> dict[str, str]:
+    return {k: v["State"] for k, v in ray._private.state.actors().items()}
+
+
+def wait_gone(pids: list[int], timeout: float = 10.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and not all(map(pid_gone, pids)):
+        time.sleep(0.05)
+    assert all(map(pid_gone, pids)), [p for p in pids if not pid_gone(p)]
+
+
+def test_close_kills_its_actors_is_idempotent_and_leaves_ray_running() -> None:
+    before = {k for k, s in actor_states().items() if s == "ALIVE"}
+    env = on_ray(counting(3), 3, num_workers=3)
+    pids = env.unwrapped.actor_pids
+    env.reset()
+    alive = {k for k, s in actor_states().items() if s == "ALIVE"} - before
+    assert len(alive) == 3
+    env.close()
+    env.close()
+    states = actor_states()
+    assert all(states[k] == "DEAD" for k in alive)
+    wait_gone(pids)
+    assert ray.is_initialized()  # not this env's to shut down
+    with pytest.raises(RuntimeError, match="closed"):
+        env.reset()
+
+
+def test_bad_input_is_refused_before_any_actor_starts() -> None:
+    before = len(actor_states())
+    with pytest.raises(TypeError, match=r"\['bogus'\]"):
+        on_ray(counting(2), 2, bogus=1)
+    with pytest.raises(TypeError, match="num_threads"):
+        on_ray(counting(2), 2, num_threads=2)
+    for bad in (0, -1, 1.5, True):
+        with pytest.raises(ValueError, match="num_workers must be an int >= 1"):
+            on_ray(counting(2), 2, num_workers=bad)
+    with pytest.raises(ValueError, match="engine must be one of"):
+        on_ray(counting(2), 2, engine="gpu")
+    with pytest.raises(ValueError, match="engine 'numba' runs native ids"):
+        on_ray(counting(2), 2, engine="numba")
+    with pytest.raises(ValueError, match="needs engine='serial'"):
+        on_ray("CartPole-v1", 4, batch_size=2)
+    with pytest.raises(ValueError, match="step_timeout"):
+        on_ray(counting(2), 2, step_timeout=0)
+    with pytest.raises(TypeError, match="CartPole-v1"):
+        on_ray("CartPole-v1", 4, gravity_typo=1.0)
+    assert len(actor_states()) == before
+    # a factory that fails in its actor is named, and the actors that started are killed
+    with pytest.raises(EnvWorkerError, match="env 3 raised"):
+        on_ray([functools.partial(CountingEnv, i) for i in range(3)]
+               + [functools.partial(int, "x")], 4, num_workers=2)
+
+
+def test_backend_status_names_the_extra(monkeypatch) -> None:
+    from envfleet import registry
+
+    assert registry.backend_status("ray") is None
+    monkeypatch.setattr(registry, "_has", lambda module: module != "ray")
+    assert "envfleet[ray]" in registry.backend_status("ray")
+    assert BackendUnavailableError  # (raised by make when ray is missing)
