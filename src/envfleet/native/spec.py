@@ -276,8 +276,8 @@ def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) ->
     try:
         params = spec.make_params()
     except Exception as error:  # reported with its type, as the user wrote it
-        raise fail("make_params", f"() raised {type(error).__name__}: {error}; every param "
-                                  f"needs a default, so that make(id, n) works") from error
+        raise fail("make_params()", f"raised {type(error).__name__}: {error}; every param "
+                                    f"needs a default, so that make(id, n) works") from error
     kernel_params = spec.kernel_params(params) if spec.kernel_params else params
     if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
         raise fail("make_params", f"must return a NamedTuple (kernels read params.<name>), "
