@@ -55,7 +55,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     p = params
     h = state.h[i]
     v = state.v[i]
-    wind = env_uniform(rng, i, 0, -p.wind, p.wind)
+    wind = env_uniform(rng, i, 2, -p.wind, p.wind)  # k 0, 1: reset's draws
     if actions[i] == 1:
         v = v + p.kick
     elif actions[i] == 2:
@@ -88,7 +88,7 @@ def step_torch(state, params, actions, rng, obs, rewards, terminated):
 
     p = params
     h, v = state.h, state.v
-    wind = env_uniform_torch(rng, 0, -p.wind, p.wind)
+    wind = env_uniform_torch(rng, 2, -p.wind, p.wind)
     v = torch.where(actions == 1, v + p.kick, torch.where(actions == 2, v - p.kick, v))
     v = v - p.gravity * p.dt + wind
     h = h + v * p.dt
@@ -147,7 +147,7 @@ class BounceReference(gym.Env):
 
     def step(self, action):
         p, h, v = self.p, self.h, self.v
-        wind = self._draw(0, -p.wind, p.wind)
+        wind = self._draw(2, -p.wind, p.wind)
         v = v + p.kick if action == 1 else v - p.kick if action == 2 else v
         v = v - p.gravity * p.dt + wind
         h = h + v * p.dt
@@ -466,7 +466,7 @@ def test_kernel_numba_cannot_type_is_explained():
     message = str(caught.value)
     assert message.startswith("Untypable-v0: numba could not compile the env's kernels for the "
                               "'numba' backend (at test_user_envs.py:")
-    assert "Untyped global name 'helper'" in message
+    assert "`state.h[i] = helper(state.h[i])`: Untyped global name 'helper'" in message
     assert "must not allocate" in message and "spec.tables()" in message
     assert "docs/NATIVE_ENVS.md" in message
     assert isinstance(caught.value.__cause__, numba.core.errors.TypingError)

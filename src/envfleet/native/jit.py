@@ -14,6 +14,7 @@ compiles a user's family up front and turns numba's typing traceback into a
 from __future__ import annotations
 
 import inspect
+import itertools
 import os
 import re
 import sys
@@ -60,16 +61,24 @@ _OURS = (os.sep + os.path.join("envfleet", "native") + os.sep, os.sep + "numba")
 
 
 def _user_location(message: str) -> str | None:
-    """The innermost ``file:line`` of numba's message outside numba and envfleet's engines,
-    with the reason numba gives just before it (e.g. "Untyped global name 'helper'")."""
+    """The innermost place in numba's message outside numba and envfleet's engines, as
+    ``file:line `code```, with the reason numba gives just before it when it is one
+    (e.g. "Untyped global name 'helper'")."""
     places = [m for m in _LOCATION.finditer(message)
               if not any(part in m.group(1) for part in _OURS)]
     if not places:
         return None
     innermost = places[-1]
     where = f"{os.path.basename(innermost.group(1))}:{innermost.group(2)}"
+    after = message[innermost.end():].splitlines()
+    code = next((line.strip() for line, mark in itertools.pairwise(after)
+                 if mark.strip() == "^"), None)
+    if code:
+        where += f" `{code}`"
     before = [line.strip() for line in message[:innermost.start()].splitlines() if line.strip()]
-    return f"{where}: {before[-1]}" if before else where
+    if before and not before[-1].startswith(("During:", "raised from")):
+        where += f": {before[-1]}"
+    return where
 
 
 def compile_checked(engine: Any, env_id: str, backend: str) -> None:
