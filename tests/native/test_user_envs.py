@@ -300,7 +300,7 @@ def test_cuda_same_trajectories_as_numba(registered):
 
 
 def test_tables_reach_the_kernels(registered):
-    env = envfleet.make("Ladder-v0", 2, seed=0)
+    env = envfleet.make("Ladder-v0", 2, seed=0, autoreset_mode="SameStep")  # compiled above
     env.reset()
     obs, rew, _, _, _ = env.step(np.array([1, 0]))
     assert obs[:, 0].tolist() == [1.0, 1.0]  # jump[0] = 1 either way

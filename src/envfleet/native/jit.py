@@ -57,7 +57,8 @@ KERNEL_RULES = (
 )
 
 _LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
-_OURS = (os.sep + os.path.join("envfleet", "native") + os.sep, os.sep + "numba")
+#: frames of numba itself and of envfleet's driver and engines (not the user's code)
+_OURS = (f"{os.sep}envfleet{os.sep}native{os.sep}", f"{os.sep}numba{os.sep}")
 
 
 def _user_location(message: str) -> str | None:

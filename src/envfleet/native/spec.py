@@ -21,13 +21,14 @@ from gymnasium import spaces
 
 @dataclass(frozen=True, eq=False)
 class NativeEnvSpec:
-    """One native env family.
+    """One native env family: envfleet's own (``envs/``) or a user's (``register_native_env``).
 
     ``reset_one(i, state, params, rng, obs)`` and
     ``step_one(i, state, params, actions, rng, obs, rewards, terminated)`` are scalar functions of
-    env ``i``'s row, compiled for numba CPU and CUDA (``register_jitable``). ``reset_torch`` /
-    ``step_torch`` are the same dynamics as whole-batch tensor ops. Truncation (the episode step
-    limit) and autoreset belong to the shared driver, not to the family.
+    env ``i``'s row, decorated with ``kernel_function`` and compiled for numba CPU and CUDA.
+    ``reset_torch`` / ``step_torch`` (optional) are the same dynamics as whole-batch tensor ops.
+    Truncation (the episode step limit) and autoreset belong to the shared driver, not to the
+    family. The rules a spec follows: ``check_spec`` and docs/NATIVE_ENVS.md.
     """
 
     id: str
