@@ -30,3 +30,6 @@ def test_api_reference_builds_strict(tmp_path):
     assert "random_legal_actions" in pages["chess"] and "perft" in pages["chess"]
     assert "to_sb3" in pages["sb3"] and "NativeVectorEnv" in pages["native"]
     assert "run_train" in pages["cli"]
+    assert "register_native_env" in pages["native"] and "kernel_function" in pages["native"]
+    guide = (site / "NATIVE_ENVS" / "index.html").read_text()  # the guide, in the site too
+    assert "GridWalk-v0" in guide and "Kernel rules" in guide

@@ -1,6 +1,8 @@
 """envfleet: reinforcement-learning environments as fast as the hardware allows.
 
 ``envfleet.make(env_id, num_envs, backend=...)`` returns a ``gymnasium.vector.VectorEnv``.
+``envfleet.register_native_env(spec)`` adds a native env family written by a user (a
+``NativeEnvSpec`` with ``kernel_function`` kernels; docs/NATIVE_ENVS.md).
 The submodules with optional dependencies (``envfleet.sb3``: Stable-Baselines3; ``bench``,
 ``train``: the command line's jobs) are imported on first use, so ``import envfleet`` stays
 light and works without the extras.
@@ -13,13 +15,17 @@ from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import EnvWorkerError
 from envfleet.memory import InsufficientMemoryError
+from envfleet.native.jit import KernelCompileError, kernel_function
+from envfleet.native.spec import InvalidSpecError, NativeEnvSpec
 from envfleet.registry import (
     BackendUnavailableError,
     UnknownEnvError,
     available_backends,
     list_envs,
     make,
+    register_native_env,
     register_with_gymnasium,
+    unregister_native_env,
 )
 
 __version__ = "0.1.0"
@@ -28,10 +34,16 @@ __all__ = [
     "BackendUnavailableError",
     "EnvWorkerError",
     "InsufficientMemoryError",
+    "InvalidSpecError",
+    "KernelCompileError",
+    "NativeEnvSpec",
     "UnknownEnvError",
     "available_backends",
+    "kernel_function",
     "list_envs",
     "make",
+    "register_native_env",
+    "unregister_native_env",
 ]
 
 #: submodules imported when first used as ``envfleet.<name>`` (optional dependencies, or heavy)

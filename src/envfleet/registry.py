@@ -1,7 +1,8 @@
 """``make``: one entry point from an env id and a backend to a Gymnasium ``VectorEnv``.
 
-``env`` says what, ``backend`` says how. Native families are listed in ``NATIVE_ENVS``; each is
-also registered with Gymnasium as ``envfleet/<id>`` with a ``vector_entry_point``. Any other
+``env`` says what, ``backend`` says how. Native families are listed in ``NATIVE_ENVS`` (envfleet's
+own, ``envs.FAMILIES``, and those users add with ``register_native_env``); each is also
+registered with Gymnasium as ``envfleet/<id>`` with a ``vector_entry_point``. Any other
 Gymnasium id, a factory or a list of factories runs on an executor (``EXECUTOR_BACKENDS``).
 """
 
@@ -23,10 +24,12 @@ from envfleet.contract import check_seed, parse_autoreset_mode
 from envfleet.envs import FAMILIES
 from envfleet.memory import check_executor_memory, check_native_memory
 from envfleet.native.driver import MODE_CODES
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.jit import compile_checked
+from envfleet.native.spec import NativeEnvSpec, check_spec
 from envfleet.native.vector_env import NativeVectorEnv
 
-NATIVE_ENVS: dict[str, NativeEnvSpec] = FAMILIES
+#: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
+NATIVE_ENVS: dict[str, NativeEnvSpec] = dict(FAMILIES)
 
 #: backend -> (engine class path, keyword options the backend takes)
 NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
@@ -201,8 +204,11 @@ def make(
             f"run {what} with backend 'serial', 'subprocess' or 'pool'")
     spec = NATIVE_ENVS[native]
     if backend not in spec.backends:
+        hint = (" (a family runs on torch when its spec gives reset_torch and step_torch)"
+                if backend == "torch" and spec.step_torch is None else "")
         raise BackendUnavailableError(
-            f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}")
+            f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}"
+            f"{hint}")
     _check_num_envs(num_envs)
     reason = backend_status(backend)
     if reason is not None:
@@ -231,6 +237,8 @@ def make(
     module, cls = engine_path.split(":")
     engine_cls = getattr(importlib.import_module(module), cls)
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
+    if native not in FAMILIES:  # a user's family: a numba typing error explained, up front
+        compile_checked(engine, spec.id, backend)
     env_cls = spec.vector_env_class() if spec.vector_env_class else NativeVectorEnv
     return env_cls(spec, num_envs, engine, backend=backend, autoreset_mode=mode, seed=seed,
                    copy=copy)
@@ -383,12 +391,52 @@ def register_with_gymnasium() -> None:
     """Register ``envfleet/<id>`` for each native env: ``gymnasium.make`` builds a ``NativeEnv``,
     ``gymnasium.make_vec`` (``vector_entry_point``) the native vector env."""
     for env_id, spec in NATIVE_ENVS.items():
-        full_id = f"{GYM_NAMESPACE}/{env_id}"
-        if full_id in gymnasium.registry:
-            continue
-        gymnasium.register(
-            id=full_id,
-            entry_point=functools.partial(NativeEnv, env_id),
-            vector_entry_point=functools.partial(make, env_id),
-            max_episode_steps=_gym_time_limit(spec),
-        )
+        if f"{GYM_NAMESPACE}/{env_id}" not in gymnasium.registry:
+            _register_gym(spec)
+
+
+def _register_gym(spec: NativeEnvSpec) -> None:
+    gymnasium.register(
+        id=f"{GYM_NAMESPACE}/{spec.id}",
+        entry_point=functools.partial(NativeEnv, spec.id),
+        vector_entry_point=functools.partial(make, spec.id),
+        max_episode_steps=_gym_time_limit(spec),
+    )
+
+
+def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
+    """Add a native env family written by a user (docs/NATIVE_ENVS.md): afterwards
+    ``make(spec.id, n, backend=...)``, ``list_envs()``, ``gymnasium.make("envfleet/<id>")`` and
+    ``gymnasium.make_vec("envfleet/<id>", n, vectorization_mode="vector_entry_point")`` run it.
+
+    ``spec`` is checked first (``InvalidSpecError`` names the field that breaks the rules); its
+    kernels compile on the first ``make`` of each backend (``KernelCompileError`` explains a
+    numba typing error). An id already registered is refused unless ``replace=True``; envfleet's
+    own ids cannot be replaced.
+    """
+    check_spec(spec)
+    env_id = spec.id
+    if env_id in FAMILIES:
+        raise ValueError(f"{env_id} is one of envfleet's own envs and cannot be replaced; "
+                         f"give your family another id (e.g. another name or version)")
+    if env_id in NATIVE_ENVS and not replace:
+        raise ValueError(f"{env_id} is already registered; pass replace=True to replace it, or "
+                         f"call unregister_native_env({env_id!r}) first")
+    full_id = f"{GYM_NAMESPACE}/{env_id}"
+    if full_id in gymnasium.registry and env_id not in NATIVE_ENVS:
+        raise ValueError(f"{full_id} is already registered with Gymnasium by someone else")
+    NATIVE_ENVS[env_id] = spec
+    gymnasium.registry.pop(full_id, None)  # replace=True: no "overriding" warning
+    _register_gym(spec)
+
+
+def unregister_native_env(env_id: str) -> None:
+    """Remove a family added by ``register_native_env`` (and its ``envfleet/<id>`` Gymnasium
+    entry), e.g. at the end of a test."""
+    name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
+    if name in FAMILIES:
+        raise ValueError(f"{name} is one of envfleet's own envs and cannot be unregistered")
+    if name not in NATIVE_ENVS:
+        raise UnknownEnvError(f"{env_id!r} is not a registered native env")
+    del NATIVE_ENVS[name]
+    gymnasium.registry.pop(f"{GYM_NAMESPACE}/{name}", None)

@@ -6,18 +6,95 @@ simulator runs it as is). Not ``inline="always"``: numba-cuda's GPU target fails
 functions, and on CPU LLVM inlines them anyway (measured: same speed).
 
 ``announce_compile`` prints one line on stderr when an engine's kernels really compile (the
-first use of an env in a process takes seconds: it should not look hung).
+first use of an env in a process takes seconds: it should not look hung). ``compile_checked``
+compiles a user's family up front and turns numba's typing traceback into a
+``KernelCompileError`` that says what kernel code may do.
 """
 
 from __future__ import annotations
 
+import inspect
+import itertools
 import os
+import re
 import sys
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from typing import Any, TypeVar
 
+from numba.core.errors import NumbaError
+from numba.core.typing.templates import builtin_registry
 from numba.extending import register_jitable
 
-kernel_function = register_jitable
+_F = TypeVar("_F", bound=Callable[..., Any])
+
+
+def kernel_function(fn: _F) -> _F:
+    """Mark ``fn`` as kernel code: it compiles for numba CPU and CUDA device code from one source
+    (numba's ``register_jitable``) and stays a plain Python function, returned unchanged.
+    Decorate ``reset_one``, ``step_one``, an ``action_check`` and every helper they call."""
+    return register_jitable(fn)
+
+
+def is_kernel_function(fn: Any) -> bool:
+    """Whether ``fn`` was decorated with ``kernel_function`` (``register_jitable`` registers it
+    with numba's typing registry; the function itself is returned unchanged)."""
+    return inspect.isfunction(fn) and any(value is fn for value, _ in builtin_registry.globals)
+
+
+class KernelCompileError(TypeError):
+    """numba could not compile a native env family's kernels (the cause is numba's message)."""
+
+
+#: what kernel code may do, for the errors that point users at docs/NATIVE_ENVS.md
+KERNEL_RULES = (
+    "Kernel code (reset_one, step_one and every function they call, each decorated with "
+    "envfleet.kernel_function) is compiled as numba nopython code and as CUDA device code: it "
+    "may use numbers, bools, the arrays it is given (state columns, obs, actions, rewards, "
+    "terminated; lookup tables from spec.tables()) by index, the params record's fields and "
+    "math functions; it must not allocate (no np.zeros, lists, dicts, strings), call plain "
+    "Python functions or objects, or read globals other than numeric constants. See "
+    "docs/NATIVE_ENVS.md, \"Kernel rules\"."
+)
+
+_LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
+#: frames of numba itself and of envfleet's driver and engines (not the user's code)
+_OURS = (f"{os.sep}envfleet{os.sep}native{os.sep}", f"{os.sep}numba{os.sep}")
+
+
+def _user_location(message: str) -> str | None:
+    """The innermost place in numba's message outside numba and envfleet's engines, as
+    ``file:line `code```, with the reason numba gives just before it when it is one
+    (e.g. "Untyped global name 'helper'")."""
+    places = [m for m in _LOCATION.finditer(message)
+              if not any(part in m.group(1) for part in _OURS)]
+    if not places:
+        return None
+    innermost = places[-1]
+    where = f"{os.path.basename(innermost.group(1))}:{innermost.group(2)}"
+    after = message[innermost.end():].splitlines()
+    code = next((line.strip() for line, mark in itertools.pairwise(after)
+                 if mark.strip() == "^"), None)
+    if code:
+        where += f" `{code}`"
+    before = [line.strip() for line in message[:innermost.start()].splitlines() if line.strip()]
+    if before and not before[-1].startswith(("During:", "raised from")):
+        where += f": {before[-1]}"
+    return where
+
+
+def compile_checked(engine: Any, env_id: str, backend: str) -> None:
+    """Compile ``engine``'s kernels now; a numba error becomes a ``KernelCompileError`` naming
+    the family and the kernel rules, with numba's message kept as its cause."""
+    try:
+        engine.compile()
+    except NumbaError as error:
+        where = _user_location(str(error))
+        at = f" (at {where})" if where else ""
+        raise KernelCompileError(
+            f"{env_id}: numba could not compile the env's kernels for the {backend!r} "
+            f"backend{at}. {KERNEL_RULES} numba's message, above, names the expression it "
+            f"could not type."
+        ) from error
 
 #: the kernel sets already announced in this process
 _ANNOUNCED: set[Hashable] = set()

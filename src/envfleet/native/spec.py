@@ -7,6 +7,9 @@ lift its scalar kernels; nothing else about the family is special-cased anywhere
 from __future__ import annotations
 
 import functools
+import inspect
+import keyword
+import re
 from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -18,13 +21,14 @@ from gymnasium import spaces
 
 @dataclass(frozen=True, eq=False)
 class NativeEnvSpec:
-    """One native env family.
+    """One native env family: envfleet's own (``envs/``) or a user's (``register_native_env``).
 
     ``reset_one(i, state, params, rng, obs)`` and
     ``step_one(i, state, params, actions, rng, obs, rewards, terminated)`` are scalar functions of
-    env ``i``'s row, compiled for numba CPU and CUDA (``register_jitable``). ``reset_torch`` /
-    ``step_torch`` are the same dynamics as whole-batch tensor ops. Truncation (the episode step
-    limit) and autoreset belong to the shared driver, not to the family.
+    env ``i``'s row, decorated with ``kernel_function`` and compiled for numba CPU and CUDA.
+    ``reset_torch`` / ``step_torch`` (optional) are the same dynamics as whole-batch tensor ops.
+    Truncation (the episode step limit) and autoreset belong to the shared driver, not to the
+    family. The rules a spec follows: ``check_spec`` and docs/NATIVE_ENVS.md.
     """
 
     id: str
@@ -37,10 +41,11 @@ class NativeEnvSpec:
     max_episode_steps: int
     reset_one: Callable[..., None]
     step_one: Callable[..., None]
-    reset_torch: Callable[..., None]
-    step_torch: Callable[..., None]
+    #: the batched tensor forms for the torch backend (None: the family does not run on torch)
+    reset_torch: Callable[..., None] | None = None
+    step_torch: Callable[..., None] | None = None
     #: the Gymnasium id of the reference implementation (bench baselines, agreement tests)
-    reference_id: str
+    reference_id: str = ""
     description: str = ""
     extra: dict[str, Any] = field(default_factory=dict)
     # --- optional family extensions (all default to "none"; CartPole uses none of them) ---
@@ -65,8 +70,9 @@ class NativeEnvSpec:
     default_max_steps: Callable[[tuple], int] | None = None
     #: returns the ``NativeVectorEnv`` subclass to build (family methods and reset options)
     vector_env_class: Callable[[], type] | None = None
-    #: the native backends that can run this family
-    backends: tuple[str, ...] = ("numba", "cuda", "torch")
+    #: the native backends that can run this family (None: numba and cuda, plus torch when
+    #: ``reset_torch`` and ``step_torch`` are given)
+    backends: tuple[str, ...] | None = None
     #: numba: the fewest envs stepped by the parallel kernel (None: the backend's default,
     #: tuned for cheap steps; an env family with microsecond steps gains from threads sooner)
     parallel_min_envs: int | None = None
@@ -77,13 +83,20 @@ class NativeEnvSpec:
     #: state column name -> that env's value) and ``close()``; None: the family cannot render
     renderer: Callable[[tuple], Any] | None = None
 
+    def __post_init__(self) -> None:
+        if self.backends is None:
+            torch = self.reset_torch is not None and self.step_torch is not None
+            object.__setattr__(self, "backends", ("numba", "cuda", *(("torch",) if torch else ())))
+
     @functools.cached_property
     def state_type(self) -> type:
         """The NamedTuple class of the per-env state arrays (and shared tables), one per family:
         numba types a NamedTuple by its class, so a class per env would recompile every kernel
         per env."""
-        return namedtuple(f"{self.id.split('-')[0]}State",
-                          [*self.state, *self.table_names])
+        name = re.sub(r"\W", "_", str(self.id).split("-")[0])
+        if not name.isidentifier():  # e.g. an id starting with a digit
+            name = f"Env{name}"
+        return namedtuple(f"{name}State", [*self.state, *self.table_names])
 
     @functools.cached_property
     def table_names(self) -> tuple[str, ...]:
@@ -98,3 +111,182 @@ class NativeEnvSpec:
         if self.tables is not None:
             columns.update(self.tables())
         return columns
+
+
+# --- the rules a spec must follow (checked when a user registers a family) -----------------
+
+
+class InvalidSpecError(ValueError):
+    """A ``NativeEnvSpec`` breaks the kernel contract's rules; the message names the field."""
+
+
+#: the native backends a family may list
+NATIVE_BACKEND_NAMES = ("numba", "cuda", "torch")
+#: the env id pattern: Gymnasium's "Name-vN" (envfleet adds the ``envfleet/`` namespace)
+ID_PATTERN = re.compile(r"^[\w.-]+?-v(\d+)$")
+#: each kernel's arguments, in order
+KERNEL_ARGUMENTS = {
+    "reset_one": ("i", "state", "params", "rng", "obs"),
+    "step_one": ("i", "state", "params", "actions", "rng", "obs", "rewards", "terminated"),
+    "action_check": ("i", "state", "params", "actions"),
+    "reset_torch": ("mask", "state", "params", "rng", "obs"),
+    "step_torch": ("state", "params", "actions", "rng", "obs", "rewards", "terminated"),
+}
+_NUMERIC_KINDS = "biuf"  # bool, int, uint, float: what both numba and CUDA device code hold
+
+
+def check_spec(spec: Any) -> None:
+    """Raise ``InvalidSpecError`` naming the first field of ``spec`` that breaks the rules
+    (docs/NATIVE_ENVS.md), before any kernel compiles."""
+    if not isinstance(spec, NativeEnvSpec):
+        raise InvalidSpecError(f"expected a NativeEnvSpec, got {type(spec).__name__}")
+    env_id = spec.id
+    if not isinstance(env_id, str) or not ID_PATTERN.match(env_id):
+        raise InvalidSpecError(
+            f"NativeEnvSpec.id must be a Gymnasium id 'Name-vN' without a namespace (letters, "
+            f"digits, '_', '.', '-', then the version, e.g. 'GridWalk-v0'), got {env_id!r}")
+
+    def fail(field_name: str, problem: str) -> InvalidSpecError:
+        return InvalidSpecError(f"{env_id}: NativeEnvSpec.{field_name} {problem}")
+
+    _check_spaces(spec, fail)
+    _check_state(spec, fail)
+    steps = spec.max_episode_steps
+    if isinstance(steps, bool) or not isinstance(steps, int | np.integer) or steps < 1:
+        raise fail("max_episode_steps", f"must be an int >= 1 (the episode limit), got {steps!r}")
+    _check_kernels(spec, fail)
+    _check_params(spec, fail)
+    backends = spec.backends
+    if (not isinstance(backends, tuple) or not backends
+            or any(b not in NATIVE_BACKEND_NAMES for b in backends)):
+        raise fail("backends", f"must be a non-empty tuple of {NATIVE_BACKEND_NAMES}, "
+                               f"got {backends!r}")
+    if "torch" in backends:
+        if spec.reset_torch is None or spec.step_torch is None:
+            raise fail("backends", "lists 'torch' but reset_torch / step_torch (the batched "
+                                   "tensor forms) are not given")
+        if spec.tables is not None:
+            raise fail("backends", "lists 'torch', but the torch backend does not take lookup "
+                                   "tables (spec.tables): leave 'torch' out")
+    for name in spec.info_columns:
+        if name not in spec.state:
+            raise fail("info_columns", f"names {name!r}, which is not a state column "
+                                       f"({', '.join(spec.state)})")
+    for name in ("kernel_params", "specialize", "default_max_steps", "vector_env_class",
+                 "describe_refusal", "renderer"):
+        value = getattr(spec, name)
+        if value is not None and not callable(value):
+            raise fail(name, f"must be a function or None, got {type(value).__name__}")
+
+
+def _check_spaces(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    obs = spec.observation_space
+    if not isinstance(obs, spaces.Box) or np.dtype(obs.dtype).kind not in _NUMERIC_KINDS:
+        raise fail("observation_space", f"must be a gymnasium.spaces.Box of numbers (the "
+                                        f"kernels write each env's row of one array), got {obs!r}")
+    action = spec.action_space
+    if not isinstance(action, spaces.Discrete | spaces.Box):
+        raise fail("action_space", f"must be a gymnasium.spaces.Discrete or Box, got {action!r}")
+
+
+def _check_state(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    """State columns: ``name -> (NumPy dtype, per-env shape)``; names usable as fields."""
+    if not isinstance(spec.state, dict):
+        raise fail("state", f"must be a dict name -> (dtype, shape), got "
+                            f"{type(spec.state).__name__}")
+    for name, column in spec.state.items():
+        if not isinstance(name, str) or not name.isidentifier() or name.startswith("_") \
+                or keyword.iskeyword(name):
+            raise fail("state", f"column name {name!r} must be a Python identifier not starting "
+                                f"with '_' (kernels read it as state.{name})")
+        if not isinstance(column, tuple) or len(column) != 2:
+            raise fail("state", f"column {name!r} must be a (dtype, shape) pair such as "
+                                f"(np.float64, ()), got {column!r}")
+        dtype, shape = column
+        try:
+            kind = np.dtype(dtype).kind
+        except TypeError:
+            kind = None
+        if kind not in tuple(_NUMERIC_KINDS) or dtype is None:
+            raise fail("state", f"column {name!r} has dtype {dtype!r}; use a NumPy number or "
+                                f"bool dtype (np.float64, np.int32, np.bool_, ...)")
+        if not isinstance(shape, tuple) or not all(
+                isinstance(d, int | np.integer) and not isinstance(d, bool) and d >= 0
+                for d in shape):
+            raise fail("state", f"column {name!r} has shape {shape!r}; use a tuple of ints, "
+                                f"() for one value per env")
+    tables = spec.tables
+    if tables is None:
+        return
+    if not callable(tables):
+        raise fail("tables", f"must be a function returning name -> array, got "
+                             f"{type(tables).__name__}")
+    built = tables()
+    if not isinstance(built, dict):
+        raise fail("tables", f"must return a dict name -> NumPy array, returned "
+                             f"{type(built).__name__}")
+    for name, array in built.items():
+        if name in spec.state or not isinstance(name, str) or not name.isidentifier() \
+                or name.startswith("_") or keyword.iskeyword(name):
+            raise fail("tables", f"table name {name!r} must be an identifier not starting with "
+                                 f"'_' and not a state column")
+        if not isinstance(array, np.ndarray) or array.dtype.kind not in _NUMERIC_KINDS:
+            raise fail("tables", f"table {name!r} must be a NumPy array of numbers, got "
+                                 f"{type(array).__name__}")
+
+
+def _check_kernels(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    """Scalar kernels decorated with ``kernel_function``, torch forms plain functions; each
+    taking the contract's arguments."""
+    from envfleet.native.jit import is_kernel_function
+
+    for name in ("reset_one", "step_one", "action_check", "reset_torch", "step_torch"):
+        fn = getattr(spec, name)
+        if fn is None:
+            if name in ("reset_one", "step_one"):
+                raise fail(name, "is missing: every family needs reset_one and step_one")
+            continue
+        if not callable(fn):
+            raise fail(name, f"must be a function, got {type(fn).__name__}")
+        if name.endswith("_torch"):
+            if (spec.reset_torch is None) != (spec.step_torch is None):
+                raise fail(name, "is given alone: give both reset_torch and step_torch or "
+                                 "neither")
+        elif not is_kernel_function(fn):
+            how = ("is a numba.njit dispatcher, which CUDA device code cannot call"
+                   if hasattr(fn, "py_func") else "is not decorated")
+            raise fail(name, f"{how}: decorate it (and every helper it calls) with "
+                             f"@envfleet.kernel_function, so one source compiles for numba "
+                             f"and CUDA")
+        arguments = KERNEL_ARGUMENTS[name]
+        try:
+            inspect.signature(fn).bind(*arguments)
+        except TypeError:
+            raise fail(name, f"must take {len(arguments)} arguments ({', '.join(arguments)}), "
+                             f"its signature is {inspect.signature(fn)}") from None
+        except ValueError:  # no signature to inspect (a builtin): numba will say
+            pass
+
+
+def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    """``make_params()`` (all defaults) returns a NamedTuple whose kernel part holds numbers,
+    bools and NumPy arrays only."""
+    if not callable(spec.make_params):
+        raise fail("make_params", f"must be a function returning a NamedTuple, got "
+                                  f"{type(spec.make_params).__name__}")
+    try:
+        params = spec.make_params()
+    except Exception as error:  # reported with its type, as the user wrote it
+        raise fail("make_params()", f"raised {type(error).__name__}: {error}; every param "
+                                    f"needs a default, so that make(id, n) works") from error
+    kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+    if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
+        raise fail("make_params", f"must return a NamedTuple (kernels read params.<name>), "
+                                  f"returned {type(kernel_params).__name__}")
+    for name, value in zip(kernel_params._fields, kernel_params, strict=True):
+        number = isinstance(value, bool | int | float | np.number | np.bool_)
+        array = isinstance(value, np.ndarray) and value.dtype.kind in _NUMERIC_KINDS
+        if not (number or array):
+            raise fail("make_params", f"returned params.{name} = {value!r} "
+                                      f"({type(value).__name__}); kernels take numbers, bools "
+                                      f"and NumPy arrays of numbers")
