@@ -7,6 +7,8 @@ lift its scalar kernels; nothing else about the family is special-cased anywhere
 from __future__ import annotations
 
 import functools
+import math
+import numbers
 from collections import namedtuple
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -98,3 +100,13 @@ class NativeEnvSpec:
         if self.tables is not None:
             columns.update(self.tables())
         return columns
+
+
+def finite_param(name: str, value: Any) -> float:
+    """A family's real-valued constructor argument as a float: a real number (``TypeError``
+    otherwise) that is finite (``ValueError`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
