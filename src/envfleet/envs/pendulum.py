@@ -71,9 +71,12 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     elif u > p.max_torque:
         u = np.float32(p.max_torque)
     normalized = ((th + np.pi) % (2 * np.pi)) - np.pi  # angle_normalize(th)
-    costs = normalized * normalized + 0.1 * (thdot * thdot) + np.float32(0.001) * (u * u)
+    # the float32 products widened explicitly: a Python float (math.sin's result, under the
+    # CUDA simulator) plus a float32 would stay float32 in NumPy
+    costs = (normalized * normalized + 0.1 * (thdot * thdot)
+             + np.float64(np.float32(0.001) * (u * u)))
     newthdot = thdot + (3 * p.g / (2 * p.l) * math.sin(th)
-                        + np.float32(3.0 / (p.m * p.l * p.l)) * u) * p.dt
+                        + np.float64(np.float32(3.0 / (p.m * p.l * p.l)) * u)) * p.dt
     newthdot = min(max(newthdot, -p.max_speed), p.max_speed)
     newth = th + newthdot * p.dt
     theta[i] = newth
