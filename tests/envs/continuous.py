@@ -21,6 +21,14 @@ needs_torch = pytest.mark.skipif("torch" not in envfleet.available_backends(),
                                  reason="torch is not installed")
 
 
+def tensor(values: np.ndarray):
+    """A torch tensor of ``values`` (float32 widened to float64, as the state columns are)."""
+    import torch
+
+    values = np.asarray(values)
+    return torch.from_numpy(values.astype(np.float64) if values.dtype.kind == "f" else values)
+
+
 def snapshot(env) -> list[np.ndarray]:
     """Every state column and the RNG counters, as NumPy copies."""
     return [as_numpy(c) for c in env.state] + [as_numpy(c) for c in env.engine.rng]
