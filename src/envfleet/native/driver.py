@@ -7,6 +7,7 @@ autoreset mode is a compile-time constant, so each mode compiles to straight-lin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -39,8 +40,8 @@ def box_action_ok(i: int, actions: Any, bounds: Any) -> bool:
     the env's business: Gymnasium's envs clip (Pendulum, MountainCarContinuous), so the
     family's ``step_one`` clips where Gymnasium's ``step`` does."""
     ok = True
-    for k in range(actions.shape[1]):
-        ok = ok and np.isfinite(actions[i, k])
+    for k in range(actions.shape[1]):  # math.isfinite: CUDA device code has no np.isfinite
+        ok = ok and math.isfinite(actions[i, k])
     return ok
 
 
