@@ -119,7 +119,9 @@ def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
         lo = int(space.start)
         return (f"invalid action for env {index}: {value!r} is not in {space} "
                 f"(integers {lo}..{lo + int(space.n) - 1})")
-    return f"invalid action for env {index}: {value!r} is not a finite value inside {space}"
+    if isinstance(space, spaces.Box):  # any finite value: the env clips it to its bounds
+        return f"invalid action for env {index}: {value!r} is not finite (as {space.dtype})"
+    return f"invalid action for env {index}: {value!r} is not in {space}"
 
 
 def needs_reset_error(index: int) -> ValueError:

@@ -26,11 +26,22 @@ def policy(obs: np.ndarray) -> np.ndarray:
     return a
 
 
-def run(mode: AutoresetMode, backend: str) -> list[tuple]:
+def torque_policy(obs: np.ndarray) -> np.ndarray:
+    """Pendulum-v1 / MountainCarContinuous-v0: a torque from the observation (some beyond the
+    action bounds), so every mode plays the same episodes; they end by the time limit."""
+    return (3.0 * obs[:, -1:] - obs[:, :1]).astype(np.float32)
+
+
+POLICIES = {"CartPole-v1": policy, "Pendulum-v1": torque_policy,
+            "MountainCarContinuous-v0": lambda obs: 30 * torque_policy(obs)}
+
+
+def run(mode: AutoresetMode, backend: str, env_id: str = "CartPole-v1") -> list[tuple]:
     """[(obs, rewards, terminated, truncated, info)] per call; a DISABLED-mode reset of the
     finished envs appears as (obs, "reset", mask, None, {})."""
-    env = envfleet.make("CartPole-v1", N, backend=backend, autoreset_mode=mode, seed=7,
+    env = envfleet.make(env_id, N, backend=backend, autoreset_mode=mode, seed=7,
                         max_episode_steps=LIMIT)
+    policy = POLICIES[env_id]
     assert env.metadata["autoreset_mode"] is mode
     obs, _ = env.reset()
     out = [(as_numpy(obs), None, None, None, {})]
@@ -86,11 +97,14 @@ def test_next_step(backend: str) -> None:
     assert truncated[:, 2:].any() and terminated[:, :2].any()
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
-def test_modes_agree(backend: str) -> None:
+@pytest.mark.parametrize(("backend", "env_id"), [
+    *((b, "CartPole-v1") for b in BACKENDS), *((b, "Pendulum-v1") for b in BACKENDS),
+    # the driver is shared: one more family on torch only (each numba mode is a compile)
+    *((b, "MountainCarContinuous-v0") for b in BACKENDS if b == "torch")])
+def test_modes_agree(backend: str, env_id: str) -> None:
     """The three modes play the same episodes: same transitions per env, and SAME_STEP's
     ``final_obs`` is the terminal observation the other modes return."""
-    runs = {mode: run(mode, backend) for mode in AutoresetMode}
+    runs = {mode: run(mode, backend, env_id) for mode in AutoresetMode}
     for i in range(N):
         per_mode = {mode: transitions(steps, i, mode) for mode, steps in runs.items()}
         k = min(len(t) for t in per_mode.values())

@@ -291,25 +291,28 @@ _LOWER_FOR_GPU = textwrap.dedent("""
     dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
     from numba.cuda.compiler import compile_cuda
     from numba.cuda.typing.typeof import typeof
-    from envfleet.envs import cartpole
+    from envfleet.envs import FAMILIES
     from envfleet.native import cuda_backend, driver
-    spec, n = cartpole.SPEC, 4
-    state = spec.state_type(**spec.allocate_state(n))
-    params = spec.make_params()
-    rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
-    obs, flags = np.zeros((n, 4), np.float32), np.zeros(n, np.bool_)
-    rewards, counters = np.zeros(n, np.float32), np.zeros(3, np.int64)
-    actions = np.zeros(n, np.int64)
-    bounds = driver.action_format(spec.action_space).bounds
-    for mode in (driver.NEXT_STEP, driver.SAME_STEP, driver.DISABLED):
-        validate, step, reset = cuda_backend.compile_kernels(spec, mode)
-        for kernel, args in (
-            (validate, (n, state, params, actions, bounds, flags, counters, 0)),
-            (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags, flags,
-                    obs, counters, 0)),
-            (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),
-        ):
-            compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
+    n = 4
+    for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"):
+        spec = FAMILIES[env_id]
+        state = spec.state_type(**spec.allocate_state(n))
+        params = spec.make_params()
+        rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
+        obs = np.zeros((n, spec.observation_space.shape[0]), np.float32)
+        flags, counters = np.zeros(n, np.bool_), np.zeros(3, np.int64)
+        rewards = np.zeros(n, np.float32)
+        actions = np.ascontiguousarray(driver.valid_actions(spec.action_space, n))
+        bounds = driver.action_format(spec.action_space).bounds
+        for mode in (driver.NEXT_STEP, driver.SAME_STEP, driver.DISABLED):
+            validate, step, reset = cuda_backend.compile_kernels(spec, mode)
+            for kernel, args in (
+                (validate, (n, state, params, actions, bounds, flags, counters, 0)),
+                (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags,
+                        flags, obs, counters, 0)),
+                (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),
+            ):
+                compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
 """)
 
 

@@ -219,7 +219,9 @@ def drift_reset_torch(mask, state, params, rng, obs):
 def drift_step_torch(state, params, actions, rng, obs, rewards, terminated):
     pos = state[0]
     for k in range(2):
-        pos[:, k] = pos[:, k] + (params.gain * actions[:, k] + env_uniform_torch(rng, k, -0.1, 0.1))
+        # float32 actions times a float64 constant: float64 in numba, so float64 here too
+        pos[:, k] = pos[:, k] + (params.gain * actions[:, k].double()
+                                 + env_uniform_torch(rng, k, -0.1, 0.1))
     terminated.copy_(pos[:, 0].abs() > params.limit)
     rewards.copy_(pos[:, 0] + pos[:, 1])
     _drift_obs_torch(state, obs)
@@ -373,6 +375,8 @@ def test_disabled_refuses_a_finished_env_until_it_is_reset() -> None:
 
 @pytest.mark.parametrize("mode", ["SameStep"])
 def test_bad_box_actions_are_refused_and_change_nothing(mode: str) -> None:
+    """A Box action must be finite (NaN, inf, or a float64 beyond float32's range are refused,
+    naming the env); values outside the bounds are the env's to clip, as in Gymnasium."""
     n = 16
     a, b = drift_engines(mode, n)
     good = np.zeros((n, 2), dtype=np.float32)
@@ -380,14 +384,17 @@ def test_bad_box_actions_are_refused_and_change_nothing(mode: str) -> None:
     nan[3, 1] = np.nan
     nan[9, 0] = np.inf
     high = good.copy()
-    high[7, 0] = 1.5
+    high[7, 0] = 1.5  # outside Box(-1, 1): accepted
     high[11, 1] = -np.inf
+    huge = np.zeros((n, 2))
+    huge[5, 0] = 1e300  # float64, not a float32
     cases = [
         (np.zeros((n, 3)), r"must have shape \(16, 2\)"),
         (torch.zeros(n, 2, dtype=torch.complex64), "must be numbers"),
         (np.zeros((n, 2), dtype=bool), "must be numbers .* got dtype bool"),
-        (nan, r"invalid action for env 3: \[0.0, nan\] is not a finite value inside Box"),
-        (torch.from_numpy(high), r"invalid action for env 7: \[1.5, 0.0\]"),
+        (nan, r"invalid action for env 3: \[0.0, nan\] is not finite \(as float32\)"),
+        (torch.from_numpy(high), r"invalid action for env 11: \[0.0, -inf\] is not finite"),
+        (huge, r"invalid action for env 5: \[inf, 0.0\] is not finite \(as float32\)"),
     ]
     for actions, expected in cases:
         before = snapshot(b)
@@ -398,6 +405,8 @@ def test_bad_box_actions_are_refused_and_change_nothing(mode: str) -> None:
     ints = np.ones((n, 2), dtype=np.int64)  # integers are valid Box actions
     assert a.step(ints) == b.step(ints)
     assert b.step(torch.ones(n, 2, dtype=torch.float16)) == a.step(ints)
+    outside = np.full((n, 2), 3.5, dtype=np.float32)  # out of bounds: the kernel sees it
+    assert a.step(outside) == b.step(outside)
     assert_same_buffers(snapshot(a), snapshot(b))
 
 

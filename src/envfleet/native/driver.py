@@ -7,6 +7,7 @@ autoreset mode is a compile-time constant, so each mode compiles to straight-lin
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
@@ -35,12 +36,12 @@ def discrete_action_ok(i: int, actions: Any, bounds: Any) -> bool:
 
 @kernel_function
 def box_action_ok(i: int, actions: Any, bounds: Any) -> bool:
-    """Every component of env i's action (a row of 2-D ``actions``) is finite and in bounds."""
-    low, high = bounds
+    """Every component of env i's action (a row of 2-D ``actions``) is finite. The bounds are
+    the env's business: Gymnasium's envs clip (Pendulum, MountainCarContinuous), so the
+    family's ``step_one`` clips where Gymnasium's ``step`` does."""
     ok = True
-    for k in range(actions.shape[1]):
-        v = actions[i, k]
-        ok = ok and np.isfinite(v) and low[k] <= v <= high[k]
+    for k in range(actions.shape[1]):  # math.isfinite: CUDA device code has no np.isfinite
+        ok = ok and math.isfinite(actions[i, k])
     return ok
 
 
@@ -49,8 +50,10 @@ class ActionFormat(NamedTuple):
 
     shape: tuple[int, ...]  # per env
     integer: bool  # integer kind (Discrete) or floating kind (Box)
-    dtype: type  # the dtype the kernels take
-    bounds: tuple  # the check's constants: (start, start + n) or (low, high) flattened
+    dtype: type  # the dtype the kernels take: int64 (Discrete), the space's own (Box)
+    #: the check's constants: (start, start + n), or the Box's (low, high) flattened (not
+    #: checked: a Box action only has to be finite)
+    bounds: tuple
     check: Callable[..., bool]
 
 
@@ -60,11 +63,13 @@ def action_format(space: spaces.Space) -> ActionFormat:
         start = int(space.start)
         return ActionFormat((), True, np.int64, (start, start + int(space.n)),
                             discrete_action_ok)
-    if isinstance(space, spaces.Box):
+    if isinstance(space, spaces.Box) and space.dtype.kind == "f":
         low = np.asarray(space.low, dtype=np.float64).ravel()
         high = np.asarray(space.high, dtype=np.float64).ravel()
-        return ActionFormat(tuple(space.shape), False, np.float64, (low, high), box_action_ok)
-    raise NotImplementedError(f"native envs support Discrete and Box actions, not {space}")
+        return ActionFormat(tuple(space.shape), False, space.dtype.type, (low, high),
+                            box_action_ok)
+    raise NotImplementedError(
+        f"native envs support Discrete and floating-point Box actions, not {space}")
 
 
 def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
@@ -80,7 +85,8 @@ def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
 def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
                        needs_reset: bool, engine: Any = None) -> ValueError:
     """The error for a step refused at env ``index``: it needs a reset, its action is out of
-    the action space, or the family's ``action_check`` refused it."""
+    the action space (Discrete) or not finite (Box), or the family's ``action_check`` refused
+    it."""
     if needs_reset:
         return needs_reset_error(index)
     value = actions[index]
@@ -94,9 +100,7 @@ def _in_space(space: spaces.Space, value: Any) -> bool:
     fmt = action_format(space)
     if fmt.integer:
         return fmt.bounds[0] <= value < fmt.bounds[1]
-    low, high = fmt.bounds
-    v = np.asarray(value, dtype=np.float64).ravel()
-    return bool(np.all(np.isfinite(v)) and np.all(low <= v) and np.all(v <= high))
+    return bool(np.all(np.isfinite(np.asarray(value, dtype=np.float64))))
 
 
 # --- the per-env driver ---------------------------------------------------------------------

@@ -21,7 +21,6 @@ os.environ.setdefault("GOMP_SPINCOUNT", "10000")
 
 import numba
 import numpy as np
-from gymnasium import spaces
 from numba import njit, prange
 
 from envfleet.contract import check_action_batch
@@ -30,6 +29,7 @@ from envfleet.native.driver import (
     DISABLED,
     NEXT_STEP,
     SAME_STEP,
+    ActionFormat,
     action_format,
     make_driver,
     refused_step_error,
@@ -119,18 +119,27 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple) -> tuple[Any,
     return step_serial, step_parallel, reset
 
 
+@functools.cache
+def kernel_action_format(spec: NativeEnvSpec) -> ActionFormat:
+    """``spec``'s action format, built once (it is consulted on every step)."""
+    return action_format(spec.action_space)
+
+
 def as_numpy_actions(actions: Any, spec: NativeEnvSpec, num_envs: int) -> np.ndarray:
-    """Check a batch of actions' shape and dtype kind; return it as the kernels' array."""
-    if (type(actions) is np.ndarray and actions.dtype == np.int64 and actions.ndim == 1
-            and actions.shape[0] == num_envs and actions.flags.c_contiguous
-            and actions.flags.writeable and isinstance(spec.action_space, spaces.Discrete)):
+    """Check a batch of actions' shape and dtype kind; return it as the kernels' array
+    (Discrete: int64 of shape (num_envs,); Box: the space's dtype, as rows (num_envs, size))."""
+    fmt = kernel_action_format(spec)
+    if (type(actions) is np.ndarray and actions.dtype == fmt.dtype
+            and actions.ndim == (1 if fmt.integer else 2) and actions.shape[0] == num_envs
+            and (fmt.integer or actions.shape[1:] == fmt.shape)
+            and actions.flags.c_contiguous and actions.flags.writeable):
         return actions  # the common case, as the kernels take it: nothing to convert
     if not isinstance(actions, np.ndarray) and hasattr(actions, "detach"):  # torch tensor
         actions = actions.detach().cpu().numpy()
     a = np.asarray(actions)
     check_action_batch(a, spec.action_space, num_envs)
-    fmt = action_format(spec.action_space)
-    a = np.ascontiguousarray(a, dtype=fmt.dtype)
+    with np.errstate(over="ignore"):  # a float64 beyond float32's range: inf, then refused
+        a = np.ascontiguousarray(a, dtype=fmt.dtype)
     if not a.flags.writeable:  # keep one compiled signature
         a = a.copy()
     return a if fmt.integer else a.reshape(num_envs, -1)

@@ -9,6 +9,8 @@ from __future__ import annotations
 import functools
 import inspect
 import keyword
+import math
+import numbers
 import re
 from collections import namedtuple
 from collections.abc import Callable
@@ -111,6 +113,16 @@ class NativeEnvSpec:
         if self.tables is not None:
             columns.update(self.tables())
         return columns
+
+
+def finite_param(name: str, value: Any) -> float:
+    """A family's real-valued constructor argument as a float: a real number (``TypeError``
+    otherwise) that is finite (``ValueError`` otherwise)."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
+    if not math.isfinite(value):
+        raise ValueError(f"{name} must be finite, got {value!r}")
+    return float(value)
 
 
 # --- the rules a spec must follow (checked when a user registers a family) -----------------

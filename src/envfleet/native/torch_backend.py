@@ -91,7 +91,7 @@ class TorchEngine:
 
     The family's torch kernels see what its numba kernels see: observations as rows
     (num_envs, obs_size) whatever the obs shape, actions as ``int64`` of shape (num_envs,) for
-    Discrete and ``float64`` rows (num_envs, action_size) for Box; ``rng`` is the
+    Discrete and rows (num_envs, action_size) of the space's dtype for Box; ``rng`` is the
     (seeds, episodes, steps) triple of int64 tensors that ``rng.env_uniform_torch`` takes.
     State columns keep their declared dtype, except wide unsigned ones (``state_dtype``).
     """
@@ -112,9 +112,7 @@ class TorchEngine:
             self._fallback = torch.tensor(self._low, dtype=torch.int64, device=self.device)
         else:
             low, high = fmt.bounds
-            self._low = torch.as_tensor(low, dtype=torch.float64, device=self.device)
-            self._high = torch.as_tensor(high, dtype=torch.float64, device=self.device)
-            self._fallback = torch.as_tensor(np.clip(0.0, low, high), dtype=torch.float64,
+            self._fallback = torch.as_tensor(np.clip(0.0, low, high), dtype=self._action_dtype,
                                              device=self.device)
 
         n = num_envs
@@ -291,7 +289,8 @@ class TorchEngine:
         check_action_batch(a, self.spec.action_space, n)
         fmt = self._format
         if isinstance(a, np.ndarray):
-            a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
+                a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
         a = a.to(self.device, self._action_dtype)
         return a if fmt.integer else a.reshape(n, -1)
 
@@ -299,7 +298,7 @@ class TorchEngine:
         return (a >= self._low) & (a < self._high)
 
     def _box_ok(self, a: torch.Tensor) -> torch.Tensor:
-        return (torch.isfinite(a) & (a >= self._low) & (a <= self._high)).all(dim=1)
+        return torch.isfinite(a).all(dim=1)  # the bounds are the env's: it clips
 
     def __repr__(self) -> str:
         return f"TorchEngine({self.spec.id}, num_envs={self.num_envs}, device={self.device})"

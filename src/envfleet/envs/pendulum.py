@@ -1,0 +1,156 @@
+"""Pendulum-v1, exactly as Gymnasium's ``PendulumEnv`` (float64 state, float32 torque).
+
+The arithmetic repeats Gymnasium's expression by expression, in the same order and the same
+precision: the state is float64; the torque is the float32 action clipped to
+[-max_torque, max_torque] (``np.clip`` keeps float32), so NumPy's promotion rules (NEP 50) make
+``0.001 * u**2`` and ``3.0 / (m * l**2) * u`` float32 products that are then added to float64
+terms. The numba backend reproduces Gymnasium's float64 trajectories bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from envfleet.native import tensor_math
+from envfleet.native.jit import kernel_function
+from envfleet.native.rng import env_uniform, env_uniform_torch
+from envfleet.native.spec import NativeEnvSpec, finite_param
+
+
+class PendulumParams(NamedTuple):
+    """Gymnasium's constants (``g`` is the one ``PendulumEnv`` takes as an argument)."""
+
+    g: float
+    max_speed: float
+    max_torque: float
+    dt: float
+    m: float
+    l: float  # noqa: E741 (Gymnasium's name)
+
+
+def make_params(*, g: float = 10.0) -> PendulumParams:
+    """``PendulumEnv(g=...)``'s constants; ``g`` must be a finite real number."""
+    return PendulumParams(g=finite_param("g", g), max_speed=8.0, max_torque=2.0, dt=0.05,
+                          m=1.0, l=1.0)
+
+
+_HIGH = np.array([1.0, 1.0, 8.0], dtype=np.float32)
+
+
+@kernel_function
+def _write_obs(i: int, th: float, thdot: float, obs: Any) -> None:
+    obs[i, 0] = np.float32(math.cos(th))
+    obs[i, 1] = np.float32(math.sin(th))
+    obs[i, 2] = np.float32(thdot)
+
+
+@kernel_function
+def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Angle uniform in [-pi, pi), speed in [-1, 1), as ``np_random.uniform(-high, high)``."""
+    theta, theta_dot = state
+    theta[i] = env_uniform(rng, i, 0, -np.pi, np.pi)
+    theta_dot[i] = env_uniform(rng, i, 1, -1.0, 1.0)
+    _write_obs(i, theta[i], theta_dot[i], obs)
+
+
+@kernel_function
+def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
+             rewards: Any, terminated: Any) -> None:
+    """One step of ``PendulumEnv.step`` for env i."""
+    theta, theta_dot = state
+    p = params
+    th = theta[i]
+    thdot = theta_dot[i]
+    u = actions[i, 0]  # float32, as np.clip(u, -max_torque, max_torque)[0] keeps it
+    if u < -p.max_torque:
+        u = np.float32(-p.max_torque)
+    elif u > p.max_torque:
+        u = np.float32(p.max_torque)
+    normalized = ((th + np.pi) % (2 * np.pi)) - np.pi  # angle_normalize(th)
+    # the float32 products widened explicitly: a Python float (math.sin's result, under the
+    # CUDA simulator) plus a float32 would stay float32 in NumPy
+    costs = (normalized * normalized + 0.1 * (thdot * thdot)
+             + np.float64(np.float32(0.001) * (u * u)))
+    newthdot = thdot + (3 * p.g / (2 * p.l) * math.sin(th)
+                        + np.float64(np.float32(3.0 / (p.m * p.l * p.l)) * u)) * p.dt
+    newthdot = min(max(newthdot, -p.max_speed), p.max_speed)
+    newth = th + newthdot * p.dt
+    theta[i] = newth
+    theta_dot[i] = newthdot
+    _write_obs(i, newth, newthdot, obs)
+    rewards[i] = -costs
+    terminated[i] = False
+
+
+# --- torch: the same dynamics over the whole batch ------------------------------------------
+
+
+def _write_obs_torch(state: Any, obs: Any) -> None:
+    theta, theta_dot = state
+    obs[:, 0] = tensor_math.cos(theta)
+    obs[:, 1] = tensor_math.sin(theta)
+    obs[:, 2] = theta_dot
+
+
+def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Reset the envs where ``mask`` is set (``rng`` already advanced for them)."""
+    import torch
+
+    for k, high in enumerate((np.pi, 1.0)):
+        fresh = env_uniform_torch(rng, k, -high, high)
+        state[k].copy_(torch.where(mask, fresh, state[k]))
+    _write_obs_torch(state, obs)
+
+
+def angle_normalize_torch(x: Any) -> Any:
+    """``((x + pi) % (2 pi)) - pi`` with Python's (and NumPy's) float modulo: C ``fmod``, then
+    the divisor added to a negative remainder."""
+    import torch
+
+    two_pi = 2 * np.pi
+    mod = torch.fmod(x + np.pi, two_pi)
+    return torch.where(mod < 0, mod + two_pi, mod) - np.pi
+
+
+def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+               terminated: Any) -> None:
+    """``step_one`` for every env at once (``u`` products in float32, as NumPy computes them)."""
+    import torch
+
+    p = params
+    theta, theta_dot = state
+    u = actions[:, 0].clamp(-p.max_torque, p.max_torque)  # float32
+    f32 = torch.float32
+    small = torch.tensor(0.001, dtype=f32, device=u.device)  # a 0-dim tensor: stays float32
+    gain = torch.tensor(3.0 / (p.m * p.l * p.l), dtype=f32, device=u.device)
+    normalized = angle_normalize_torch(theta)
+    costs = normalized * normalized + 0.1 * (theta_dot * theta_dot) + (small * (u * u)).double()
+    newthdot = theta_dot + (3 * p.g / (2 * p.l) * tensor_math.sin(theta)
+                            + (gain * u).double()) * p.dt
+    newthdot = newthdot.clamp(-p.max_speed, p.max_speed)
+    newth = theta + newthdot * p.dt
+    theta.copy_(newth)
+    theta_dot.copy_(newthdot)
+    rewards.copy_(-costs)
+    terminated.fill_(False)
+    _write_obs_torch(state, obs)
+
+
+SPEC = NativeEnvSpec(
+    id="Pendulum-v1",
+    observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=spaces.Box(-2.0, 2.0, (1,), dtype=np.float32),
+    state={name: (np.float64, ()) for name in ("theta", "theta_dot")},
+    make_params=make_params,
+    max_episode_steps=200,
+    reset_one=reset_one,
+    step_one=step_one,
+    reset_torch=reset_torch,
+    step_torch=step_torch,
+    reference_id="Pendulum-v1",
+    description="pendulum swing-up, continuous torque (Gymnasium's PendulumEnv, float64)",
+)
