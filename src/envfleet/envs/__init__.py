@@ -2,10 +2,13 @@
 ``NativeEnvSpec`` and kernels, and touches no engine internals. ``FAMILIES`` lists them, by
 id; a new family is one module here and one entry below."""
 
-from envfleet.envs import cartpole
+from envfleet.envs import acrobot, cartpole, mountain_car
 from envfleet.envs.chess import env as chess
 from envfleet.native.spec import NativeEnvSpec
 
-FAMILIES: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (cartpole.SPEC, chess.SPEC)}
+FAMILIES: dict[str, NativeEnvSpec] = {
+    spec.id: spec
+    for spec in (cartpole.SPEC, acrobot.SPEC, mountain_car.SPEC, chess.SPEC)
+}
 
 __all__ = ["FAMILIES"]
