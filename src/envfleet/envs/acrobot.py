@@ -5,10 +5,9 @@ expression, in the same order, so the numba backend reproduces its float64 traje
 bit. Two details make that so:
 
 - Gymnasium squares NumPy float64 scalars (``dtheta2**2``, ``d2**2``), which calls libm's
-  ``pow``; glibc's ``pow(x, 2.0)`` differs from ``x * x`` in the last bit for ~0.1% of inputs,
-  and LLVM rewrites a literal ``pow(x, 2.0)`` into ``x * x``. ``_square`` hides the exponent
-  from the optimiser (``2.0 + 0.0 * x``) so the real ``pow`` runs; the torch twin runs the same
-  scalar code through a small numba loop on CPU.
+  ``pow``; glibc's ``pow(x, 2.0)`` differs from ``x * x`` in the last bit for ~0.1% of inputs.
+  ``_square`` returns what ``pow`` returns, calling it only where the two can differ; the torch
+  twin runs the same scalar code through a small numba loop on CPU.
 - Gymnasium's reset state is float32 (``uniform(...).astype(np.float32)``), and becomes float64
   at the first step (``np.append`` with the torque). The state columns are float64 holding the
   float32-rounded draws: the same numbers. The reset observation is the float64 cos/sin of
@@ -114,8 +113,20 @@ _HIGH = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
 
 @kernel_function
 def _square(x: float) -> float:
-    """``x**2`` as NumPy computes it for a float64 scalar: libm's ``pow`` (the exponent is
-    kept opaque, or LLVM would turn the call into ``x * x``)."""
+    """``x**2`` as NumPy computes it for a float64 scalar: libm's ``pow(x, 2.0)``.
+
+    glibc's ``pow`` is within 0.54 ulp of the exact value (its source's bound), so it returns
+    the correctly rounded ``x * x`` unless x² lies within 0.04 ulp of a rounding midpoint. The
+    exact error of ``x * x`` (Dekker's product, Veltkamp's split) tells the ~17% of cases
+    within 0.08 ulp of one, and only they call ``pow``, with the exponent kept opaque (LLVM
+    turns ``pow(x, 2.0)`` into ``x * x``)."""
+    p = x * x
+    c = 134217729.0 * x  # 2**27 + 1
+    hi = c - (c - x)
+    lo = x - hi
+    err = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo  # x² - p, exactly
+    if p + err * 1.2 == p:  # |err| < 0.42 of the gap to p's neighbour on err's side
+        return p
     return math.pow(x, 2.0 + 0.0 * x)
 
 
