@@ -15,8 +15,8 @@ from envfleet.registry import NATIVE_ENVS, NativeEnv
 from tests.reference import balancing_actions
 
 #: what each native id needs to pass ``check_env`` (its random actions must be playable)
-CHECK_KWARGS = {"CartPole-v1": {}, "Chess-v0": {"illegal_action": "lose"}, "Pendulum-v1": {},
-                "MountainCarContinuous-v0": {}}
+CHECK_KWARGS = {"CartPole-v1": {}, "Acrobot-v1": {}, "MountainCar-v0": {}, "Pendulum-v1": {},
+                "MountainCarContinuous-v0": {}, "Chess-v0": {"illegal_action": "lose"}}
 
 
 def test_every_native_id_is_covered():

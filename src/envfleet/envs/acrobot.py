@@ -1,0 +1,384 @@
+"""Acrobot-v1, exactly as Gymnasium's ``AcrobotEnv`` (RK4 over float64, book dynamics).
+
+The arithmetic repeats Gymnasium's ``_dsdt``, ``rk4``, ``wrap`` and ``bound`` expression by
+expression, in the same order, so the numba backend reproduces its float64 trajectories bit for
+bit. Two details make that so:
+
+- Gymnasium squares NumPy float64 scalars (``dtheta2**2``, ``d2**2``), which calls libm's
+  ``pow``; glibc's ``pow(x, 2.0)`` differs from ``x * x`` in the last bit for ~0.1% of inputs.
+  ``_square`` returns what ``pow`` returns, calling it only where the two can differ; the torch
+  twin runs the same scalar code through a small numba loop on CPU.
+- Gymnasium's reset state is float32 (``uniform(...).astype(np.float32)``), and becomes float64
+  at the first step (``np.append`` with the torque). The state columns are float64 holding the
+  float32-rounded draws: the same numbers. The reset observation is the float64 cos/sin of
+  those values rounded to float32; Gymnasium takes NumPy's float32 cos/sin there, which are not
+  correctly rounded (1 float32 ulp apart on ~0.1% of reset observations). Steps are exact.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from envfleet.native import tensor_math
+from envfleet.native.jit import kernel_function
+from envfleet.native.rng import env_uniform, env_uniform_torch
+from envfleet.native.spec import NativeEnvSpec
+
+# Gymnasium's class attributes (AcrobotEnv)
+DT = 0.2
+LINK_LENGTH_1 = 1.0
+LINK_MASS_1 = 1.0
+LINK_MASS_2 = 1.0
+LINK_COM_POS_1 = 0.5
+LINK_COM_POS_2 = 0.5
+LINK_MOI = 1.0
+MAX_VEL_1 = 4 * math.pi
+MAX_VEL_2 = 9 * math.pi
+AVAIL_TORQUE = (-1.0, 0.0, 1.0)
+#: the counter of the torque-noise draw (reset draws use 0..3)
+NOISE_DRAW = 4
+
+
+class AcrobotParams(NamedTuple):
+    """Constants of ``AcrobotEnv._dsdt`` (products of Gymnasium's attributes, folded the way
+    Python evaluates them left to right), torque noise and the dynamics variant."""
+
+    m1_lc1_sq: float  # m1 * lc1**2
+    l1_sq_lc2_sq: float  # l1**2 + lc2**2
+    two_l1_lc2: float  # 2 * l1 * lc2
+    i1: float
+    i2: float
+    m2: float
+    lc2_sq: float  # lc2**2
+    l1_lc2: float  # l1 * lc2
+    m2_lc2_g: float  # m2 * lc2 * g
+    neg_m2_l1_lc2: float  # -m2 * l1 * lc2
+    two_m2_l1_lc2: float  # 2 * m2 * l1 * lc2
+    m1lc1_m2l1_g: float  # (m1 * lc1 + m2 * l1) * g
+    m2_l1_lc2: float  # m2 * l1 * lc2
+    m2_lc2_sq: float  # m2 * lc2**2
+    dt: float
+    dt2: float  # dt / 2.0
+    dt6: float  # dt / 6.0
+    torque_noise_max: float
+    book: bool  # book_or_nips == "book"
+    reset_low: float
+    reset_high: float
+
+
+def make_params(*, torque_noise_max: float = 0.0, book_or_nips: str = "book") -> AcrobotParams:
+    """Gymnasium's constants; ``torque_noise_max`` and ``book_or_nips`` are its class
+    attributes of those names (uniform torque noise in [-max, max]; "book" or "nips" dynamics)."""
+    if book_or_nips not in ("book", "nips"):
+        raise ValueError(f"book_or_nips must be 'book' or 'nips', got {book_or_nips!r}")
+    if isinstance(torque_noise_max, bool) or not isinstance(torque_noise_max, (int, float,
+                                                                               np.number)):
+        raise ValueError(f"torque_noise_max must be a number >= 0, got {torque_noise_max!r}")
+    if not (math.isfinite(torque_noise_max) and torque_noise_max >= 0):
+        raise ValueError(f"torque_noise_max must be a finite number >= 0, got "
+                         f"{torque_noise_max!r}")
+    m1, m2, l1 = LINK_MASS_1, LINK_MASS_2, LINK_LENGTH_1
+    lc1, lc2, g = LINK_COM_POS_1, LINK_COM_POS_2, 9.8
+    return AcrobotParams(
+        m1_lc1_sq=m1 * lc1**2,
+        l1_sq_lc2_sq=l1**2 + lc2**2,
+        two_l1_lc2=2 * l1 * lc2,
+        i1=LINK_MOI,
+        i2=LINK_MOI,
+        m2=m2,
+        lc2_sq=lc2**2,
+        l1_lc2=l1 * lc2,
+        m2_lc2_g=m2 * lc2 * g,
+        neg_m2_l1_lc2=-m2 * l1 * lc2,
+        two_m2_l1_lc2=2 * m2 * l1 * lc2,
+        m1lc1_m2l1_g=(m1 * lc1 + m2 * l1) * g,
+        m2_l1_lc2=m2 * l1 * lc2,
+        m2_lc2_sq=m2 * lc2**2,
+        dt=DT - 0,  # rk4: t[1] - t[0]
+        dt2=(DT - 0) / 2.0,
+        dt6=(DT - 0) / 6.0,
+        torque_noise_max=float(torque_noise_max),
+        book=book_or_nips == "book",
+        reset_low=-0.1,
+        reset_high=0.1,
+    )
+
+
+_HIGH = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
+
+
+@kernel_function
+def _square(x: float) -> float:
+    """``x**2`` as NumPy computes it for a float64 scalar: libm's ``pow(x, 2.0)``.
+
+    glibc's ``pow`` is within 0.54 ulp of the exact value (its source's bound), so it returns
+    the correctly rounded ``x * x`` unless x² lies within 0.04 ulp of a rounding midpoint. The
+    exact error of ``x * x`` (Dekker's product, Veltkamp's split) tells the ~17% of cases
+    within 0.08 ulp of one, and only they call ``pow``, with the exponent kept opaque (LLVM
+    turns ``pow(x, 2.0)`` into ``x * x``)."""
+    p = x * x
+    c = 134217729.0 * x  # 2**27 + 1
+    hi = c - (c - x)
+    lo = x - hi
+    err = ((hi * hi - p) + 2.0 * hi * lo) + lo * lo  # x² - p, exactly
+    if p + err * 1.2 == p:  # |err| < 0.42 of the gap to p's neighbour on err's side
+        return p
+    return math.pow(x, 2.0 + 0.0 * x)
+
+
+@kernel_function
+def _dsdt(p: Any, a: float, theta1: float, theta2: float, dtheta1: float, dtheta2: float):
+    """``AcrobotEnv._dsdt``: (dtheta1, dtheta2, ddtheta1, ddtheta2) at a state, torque ``a``."""
+    cos_theta2 = math.cos(theta2)
+    sin_theta2 = math.sin(theta2)
+    d1 = p.m1_lc1_sq + p.m2 * (p.l1_sq_lc2_sq + p.two_l1_lc2 * cos_theta2) + p.i1 + p.i2
+    d2 = p.m2 * (p.lc2_sq + p.l1_lc2 * cos_theta2) + p.i2
+    phi2 = p.m2_lc2_g * math.cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (
+        p.neg_m2_l1_lc2 * _square(dtheta2) * sin_theta2
+        - p.two_m2_l1_lc2 * dtheta2 * dtheta1 * sin_theta2
+        + p.m1lc1_m2l1_g * math.cos(theta1 - math.pi / 2)
+        + phi2
+    )
+    if p.book:
+        ddtheta2 = (
+            a + d2 / d1 * phi1 - p.m2_l1_lc2 * _square(dtheta1) * sin_theta2 - phi2
+        ) / (p.m2_lc2_sq + p.i2 - _square(d2) / d1)
+    else:
+        ddtheta2 = (a + d2 / d1 * phi1 - phi2) / (p.m2_lc2_sq + p.i2 - _square(d2) / d1)
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return dtheta1, dtheta2, ddtheta1, ddtheta2
+
+
+@kernel_function
+def _wrap(x: float, m: float, big_m: float) -> float:
+    """Gymnasium's ``wrap``."""
+    diff = big_m - m
+    while x > big_m:
+        x = x - diff
+    while x < m:
+        x = x + diff
+    return x
+
+
+@kernel_function
+def _bound(x: float, m: float, big_m: float) -> float:
+    """Gymnasium's ``bound``: Python's ``min(max(x, m), M)``."""
+    y = m if m > x else x
+    return big_m if big_m < y else y
+
+
+@kernel_function
+def _write_obs(i: int, state: Any, obs: Any) -> None:
+    theta1, theta2, dtheta1, dtheta2 = state
+    obs[i, 0] = np.float32(math.cos(theta1[i]))
+    obs[i, 1] = np.float32(math.sin(theta1[i]))
+    obs[i, 2] = np.float32(math.cos(theta2[i]))
+    obs[i, 3] = np.float32(math.sin(theta2[i]))
+    obs[i, 4] = np.float32(dtheta1[i])
+    obs[i, 5] = np.float32(dtheta2[i])
+
+
+@kernel_function
+def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Uniform state in [-0.1, 0.1)^4 rounded to float32, as ``AcrobotEnv.reset``."""
+    theta1, theta2, dtheta1, dtheta2 = state
+    low, high = params.reset_low, params.reset_high
+    theta1[i] = np.float64(np.float32(env_uniform(rng, i, 0, low, high)))
+    theta2[i] = np.float64(np.float32(env_uniform(rng, i, 1, low, high)))
+    dtheta1[i] = np.float64(np.float32(env_uniform(rng, i, 2, low, high)))
+    dtheta2[i] = np.float64(np.float32(env_uniform(rng, i, 3, low, high)))
+    _write_obs(i, state, obs)
+
+
+@kernel_function
+def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
+             rewards: Any, terminated: Any) -> None:
+    """One step of ``AcrobotEnv.step`` for env i: RK4 over ``dt``, wrap, bound, goal test."""
+    p = params
+    theta1_, theta2_, dtheta1_, dtheta2_ = state
+    a = actions[i]
+    torque = -1.0 if a == 0 else (0.0 if a == 1 else 1.0)  # AVAIL_TORQUE[a]
+    if p.torque_noise_max > 0:
+        torque += env_uniform(rng, i, NOISE_DRAW, -p.torque_noise_max, p.torque_noise_max)
+    y0, y1, y2, y3 = theta1_[i], theta2_[i], dtheta1_[i], dtheta2_[i]
+    h, h2 = p.dt, p.dt2
+    # the torque's derivative is 0.0: y4 + h * 0.0 == torque all along
+    a1, b1, c1, d1 = _dsdt(p, torque, y0, y1, y2, y3)
+    a2, b2, c2, d2 = _dsdt(p, torque, y0 + h2 * a1, y1 + h2 * b1, y2 + h2 * c1, y3 + h2 * d1)
+    a3, b3, c3, d3 = _dsdt(p, torque, y0 + h2 * a2, y1 + h2 * b2, y2 + h2 * c2, y3 + h2 * d2)
+    a4, b4, c4, d4 = _dsdt(p, torque, y0 + h * a3, y1 + h * b3, y2 + h * c3, y3 + h * d3)
+    theta1 = _wrap(y0 + p.dt6 * (a1 + 2 * a2 + 2 * a3 + a4), -math.pi, math.pi)
+    theta2 = _wrap(y1 + p.dt6 * (b1 + 2 * b2 + 2 * b3 + b4), -math.pi, math.pi)
+    dtheta1 = _bound(y2 + p.dt6 * (c1 + 2 * c2 + 2 * c3 + c4), -MAX_VEL_1, MAX_VEL_1)
+    dtheta2 = _bound(y3 + p.dt6 * (d1 + 2 * d2 + 2 * d3 + d4), -MAX_VEL_2, MAX_VEL_2)
+    theta1_[i] = theta1
+    theta2_[i] = theta2
+    dtheta1_[i] = dtheta1
+    dtheta2_[i] = dtheta2
+    cos_theta1 = math.cos(theta1)
+    obs[i, 0] = np.float32(cos_theta1)
+    obs[i, 1] = np.float32(math.sin(theta1))
+    obs[i, 2] = np.float32(math.cos(theta2))
+    obs[i, 3] = np.float32(math.sin(theta2))
+    obs[i, 4] = np.float32(dtheta1)
+    obs[i, 5] = np.float32(dtheta2)
+    done = -cos_theta1 - math.cos(theta2 + theta1) > 1.0
+    terminated[i] = done
+    rewards[i] = 0.0 if done else -1.0
+
+
+# --- torch: the same dynamics over the whole batch ------------------------------------------
+
+
+def _libm_square_loop() -> Any:
+    """A numba loop of ``_square`` (libm's ``pow``) over a float64 array, built on first use."""
+    from numba import njit
+
+    @njit(cache=False)
+    def square_all(x: np.ndarray) -> np.ndarray:
+        out = np.empty_like(x)
+        for k in range(x.size):
+            out[k] = _square(x[k])
+        return out
+
+    return square_all
+
+
+_SQUARE_LOOP: list[Any] = []
+
+
+def _square_torch(x: Any) -> Any:
+    """``_square`` on a float64 tensor: libm-exact on CPU, ``x * x`` elsewhere."""
+    import torch
+
+    if x.device.type != "cpu":
+        return x * x
+    if not _SQUARE_LOOP:
+        _SQUARE_LOOP.append(_libm_square_loop())
+    return torch.from_numpy(_SQUARE_LOOP[0](x.contiguous().numpy()))
+
+
+def _dsdt_torch(p: Any, a: Any, y: Any) -> Any:
+    """``_dsdt`` for every env: ``y`` is (4, num_envs); returns the (4, num_envs) derivative."""
+    import torch
+
+    theta1, theta2, dtheta1, dtheta2 = y
+    cos_theta2 = tensor_math.cos(theta2)
+    sin_theta2 = tensor_math.sin(theta2)
+    d1 = p.m1_lc1_sq + p.m2 * (p.l1_sq_lc2_sq + p.two_l1_lc2 * cos_theta2) + p.i1 + p.i2
+    d2 = p.m2 * (p.lc2_sq + p.l1_lc2 * cos_theta2) + p.i2
+    phi2 = p.m2_lc2_g * tensor_math.cos(theta1 + theta2 - math.pi / 2.0)
+    phi1 = (
+        p.neg_m2_l1_lc2 * _square_torch(dtheta2) * sin_theta2
+        - p.two_m2_l1_lc2 * dtheta2 * dtheta1 * sin_theta2
+        + p.m1lc1_m2l1_g * tensor_math.cos(theta1 - math.pi / 2)
+        + phi2
+    )
+    numerator = a + d2 / d1 * phi1
+    if p.book:
+        numerator = numerator - p.m2_l1_lc2 * _square_torch(dtheta1) * sin_theta2
+    ddtheta2 = (numerator - phi2) / (p.m2_lc2_sq + p.i2 - _square_torch(d2) / d1)
+    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
+    return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
+
+
+def _wrap_torch(x: Any, m: float, big_m: float) -> Any:
+    import torch
+
+    diff = big_m - m
+    while bool((x > big_m).any()):
+        x = torch.where(x > big_m, x - diff, x)
+    while bool((x < m).any()):
+        x = torch.where(x < m, x + diff, x)
+    return x
+
+
+def _write_obs_torch(state: Any, obs: Any) -> Any:
+    """Write every env's observation; returns cos(theta1) (float64) for the goal test."""
+    theta1, theta2, dtheta1, dtheta2 = state
+    cos_theta1 = tensor_math.cos(theta1)
+    obs[:, 0] = cos_theta1
+    obs[:, 1] = tensor_math.sin(theta1)
+    obs[:, 2] = tensor_math.cos(theta2)
+    obs[:, 3] = tensor_math.sin(theta2)
+    obs[:, 4] = dtheta1
+    obs[:, 5] = dtheta2
+    return cos_theta1
+
+
+def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Reset the envs where ``mask`` is set (``rng`` already advanced for them)."""
+    import torch
+
+    for k in range(4):
+        fresh = env_uniform_torch(rng, k, params.reset_low, params.reset_high)
+        state[k].copy_(torch.where(mask, fresh.float().double(), state[k]))
+    _write_obs_torch(state, obs)
+
+
+def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+               terminated: Any) -> None:
+    """``step_one`` for every env at once."""
+    import torch
+
+    p = params
+    torque = (actions - 1).to(torch.float64)  # AVAIL_TORQUE[a] for a in 0, 1, 2
+    if p.torque_noise_max > 0:
+        torque = torque + env_uniform_torch(rng, NOISE_DRAW, -p.torque_noise_max,
+                                            p.torque_noise_max)
+    y0 = torch.stack(tuple(state))
+    k1 = _dsdt_torch(p, torque, y0)
+    k2 = _dsdt_torch(p, torque, y0 + p.dt2 * k1)
+    k3 = _dsdt_torch(p, torque, y0 + p.dt2 * k2)
+    k4 = _dsdt_torch(p, torque, y0 + p.dt * k3)
+    ns = y0 + p.dt6 * (k1 + 2 * k2 + 2 * k3 + k4)
+    theta1, theta2, dtheta1, dtheta2 = state
+    theta1.copy_(_wrap_torch(ns[0], -math.pi, math.pi))
+    theta2.copy_(_wrap_torch(ns[1], -math.pi, math.pi))
+    # Python's min(max(x, m), M) for finite x is clamp
+    dtheta1.copy_(ns[2].clamp(-MAX_VEL_1, MAX_VEL_1))
+    dtheta2.copy_(ns[3].clamp(-MAX_VEL_2, MAX_VEL_2))
+    cos_theta1 = _write_obs_torch(state, obs)
+    terminated.copy_(-cos_theta1 - tensor_math.cos(theta2 + theta1) > 1.0)
+    rewards.copy_(torch.where(terminated, 0.0, -1.0))
+
+
+class AcrobotRenderer:
+    """Gymnasium's own ``AcrobotEnv.render`` drawing any state row (the same frames)."""
+
+    fps = 15  # AcrobotEnv.metadata["render_fps"]
+
+    def __init__(self, params: AcrobotParams) -> None:
+        from gymnasium.envs.classic_control.acrobot import AcrobotEnv
+
+        self.env = AcrobotEnv(render_mode="rgb_array")
+
+    def draw(self, row: dict[str, Any]) -> np.ndarray:
+        self.env.state = np.array([row["theta1"], row["theta2"], row["dtheta1"],
+                                   row["dtheta2"]], dtype=np.float64)
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+SPEC = NativeEnvSpec(
+    id="Acrobot-v1",
+    observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
+    action_space=spaces.Discrete(3),
+    state={name: (np.float64, ()) for name in ("theta1", "theta2", "dtheta1", "dtheta2")},
+    make_params=make_params,
+    max_episode_steps=500,
+    reset_one=reset_one,
+    step_one=step_one,
+    reset_torch=reset_torch,
+    step_torch=step_torch,
+    reference_id="Acrobot-v1",
+    description="two-link swing-up (Gymnasium's AcrobotEnv, float64 RK4)",
+    renderer=AcrobotRenderer,
+)

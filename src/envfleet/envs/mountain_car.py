@@ -1,0 +1,162 @@
+"""MountainCar-v0, exactly as Gymnasium's ``MountainCarEnv`` (float64 state, same clipping).
+
+The arithmetic repeats Gymnasium's ``step`` expression by expression, in the same order, so the
+numba backend reproduces its float64 trajectories bit for bit.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+from envfleet.native import tensor_math
+from envfleet.native.jit import kernel_function
+from envfleet.native.rng import env_uniform, env_uniform_torch
+from envfleet.native.spec import NativeEnvSpec
+
+# MountainCarEnv.__init__'s constants
+MIN_POSITION = -1.2
+MAX_POSITION = 0.6
+MAX_SPEED = 0.07
+GOAL_POSITION = 0.5
+FORCE = 0.001
+GRAVITY = 0.0025
+
+
+class MountainCarParams(NamedTuple):
+    """Gymnasium's constants, the goal velocity and the reset bounds."""
+
+    min_position: float
+    max_position: float
+    max_speed: float
+    goal_position: float
+    goal_velocity: float
+    force: float
+    gravity: float
+    reset_low: float
+    reset_high: float
+
+
+def make_params(*, goal_velocity: float = 0) -> MountainCarParams:
+    """``MountainCarEnv(goal_velocity=...)``: the goal also needs velocity >= goal_velocity."""
+    if isinstance(goal_velocity, bool) or not isinstance(goal_velocity, (int, float,
+                                                                         np.number)):
+        raise ValueError(f"goal_velocity must be a real number, got {goal_velocity!r}")
+    if math.isnan(goal_velocity):
+        raise ValueError(f"goal_velocity must be a real number, got {goal_velocity!r}")
+    return MountainCarParams(
+        min_position=MIN_POSITION,
+        max_position=MAX_POSITION,
+        max_speed=MAX_SPEED,
+        goal_position=GOAL_POSITION,
+        goal_velocity=float(goal_velocity),
+        force=FORCE,
+        gravity=GRAVITY,
+        reset_low=-0.6,
+        reset_high=-0.4,
+    )
+
+
+@kernel_function
+def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Position uniform in [-0.6, -0.4), velocity 0, as ``MountainCarEnv.reset``."""
+    position, velocity = state
+    position[i] = env_uniform(rng, i, 0, params.reset_low, params.reset_high)
+    velocity[i] = 0.0
+    obs[i, 0] = np.float32(position[i])
+    obs[i, 1] = np.float32(0.0)
+
+
+@kernel_function
+def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
+             rewards: Any, terminated: Any) -> None:
+    """One step of ``MountainCarEnv.step`` for env i."""
+    p = params
+    position_, velocity_ = state
+    position = position_[i]
+    velocity = velocity_[i]
+    velocity += (actions[i] - 1) * p.force + math.cos(3 * position) * (-p.gravity)
+    velocity = min(max(velocity, -p.max_speed), p.max_speed)  # np.clip
+    position += velocity
+    position = min(max(position, p.min_position), p.max_position)
+    if position == p.min_position and velocity < 0:
+        velocity = 0.0
+    position_[i] = position
+    velocity_[i] = velocity
+    obs[i, 0] = np.float32(position)
+    obs[i, 1] = np.float32(velocity)
+    terminated[i] = position >= p.goal_position and velocity >= p.goal_velocity
+    rewards[i] = -1.0
+
+
+# --- torch: the same dynamics over the whole batch ------------------------------------------
+
+
+def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
+    """Reset the envs where ``mask`` is set (``rng`` already advanced for them)."""
+    import torch
+
+    position, velocity = state
+    fresh = env_uniform_torch(rng, 0, params.reset_low, params.reset_high)
+    position.copy_(torch.where(mask, fresh, position))
+    velocity.masked_fill_(mask, 0.0)
+    obs[:, 0] = position
+    obs[:, 1] = velocity
+
+
+def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+               terminated: Any) -> None:
+    """``step_one`` for every env at once."""
+    p = params
+    position, velocity = state
+    push = (actions - 1).to(position.dtype) * p.force
+    v = velocity + (push + tensor_math.cos(3 * position) * (-p.gravity))
+    v = v.clamp(-p.max_speed, p.max_speed)
+    x = (position + v).clamp(p.min_position, p.max_position)
+    v = v.masked_fill((x == p.min_position) & (v < 0), 0.0)
+    position.copy_(x)
+    velocity.copy_(v)
+    obs[:, 0] = x
+    obs[:, 1] = v
+    terminated.copy_((x >= p.goal_position) & (v >= p.goal_velocity))
+    rewards.fill_(-1.0)
+
+
+class MountainCarRenderer:
+    """Gymnasium's own ``MountainCarEnv.render`` drawing any state row (the same frames)."""
+
+    fps = 30  # MountainCarEnv.metadata["render_fps"]
+
+    def __init__(self, params: MountainCarParams) -> None:
+        from gymnasium.envs.classic_control.mountain_car import MountainCarEnv
+
+        self.env = MountainCarEnv(render_mode="rgb_array", goal_velocity=params.goal_velocity)
+
+    def draw(self, row: dict[str, Any]) -> np.ndarray:
+        self.env.state = np.array([row["position"], row["velocity"]], dtype=np.float64)
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
+
+
+SPEC = NativeEnvSpec(
+    id="MountainCar-v0",
+    observation_space=spaces.Box(np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
+                                 np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),
+                                 dtype=np.float32),
+    action_space=spaces.Discrete(3),
+    state={name: (np.float64, ()) for name in ("position", "velocity")},
+    make_params=make_params,
+    max_episode_steps=200,
+    reset_one=reset_one,
+    step_one=step_one,
+    reset_torch=reset_torch,
+    step_torch=step_torch,
+    reference_id="MountainCar-v0",
+    description="under-powered car up a hill (Gymnasium's MountainCarEnv, float64)",
+    renderer=MountainCarRenderer,
+)
