@@ -23,24 +23,19 @@ works, and so does ``reset(); send(all)``); ``step()`` refuses to run when B < N
 
 from __future__ import annotations
 
-import functools
 import pickle
 import time
 from collections.abc import Callable
-from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
-from gymnasium.vector.utils import batch_space
+from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import processes
 from envfleet.executors import worker as protocol
-from envfleet.executors.actions import check_actions
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
-from envfleet.executors.group import FAILURE_KEY
+from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.processes import ProcessVectorEnv
-from envfleet.executors.shared_memory import assign_rows, export, final_obs_info, take_rows
 from envfleet.machine import usable_cores
 
 #: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
@@ -49,7 +44,7 @@ from envfleet.machine import usable_cores
 DEFAULT_SPIN_US = 200.0
 
 
-class PoolVectorEnv(ProcessVectorEnv):
+class PoolVectorEnv(FirstReady, ProcessVectorEnv):
     """``num_envs`` Gymnasium envs over ``num_workers`` processes and shared memory."""
 
     backend = "pool"
@@ -145,54 +140,6 @@ class PoolVectorEnv(ProcessVectorEnv):
         self._check_idle(f"set {name!r}")
         super()._set_attr_envs(rows, name, values)
 
-    def _check_idle(self, what: str) -> None:
-        if self._in_flight.any():
-            raise RuntimeError(f"cannot {what} while {int(self._in_flight.sum())} env(s) sent "
-                               f"with send() are stepping: recv() them first")
-
-    def send(self, actions: Any, env_ids: Any = None) -> None:
-        """Start stepping envs ``env_ids`` (all envs when None) with ``actions`` (one row per
-        id, in that order); returns at once. Each id must be waiting for an action (returned
-        by ``reset()`` or ``recv()``, not sent since). Nothing moves if anything is refused."""
-        self._check_usable()
-        if not self._has_reset:
-            raise RuntimeError(
-                "call reset() before send()" if self._failure is None else
-                f"a previous call failed ({self._failure}): call reset() before send()")
-        if env_ids is None:
-            ids = np.arange(self.num_envs)
-        else:
-            raw = np.asarray(env_ids)
-            if raw.ndim != 1 or raw.size == 0 or raw.dtype.kind not in "iu":
-                raise ValueError(f"env_ids must be a non-empty 1-D array of ints, got "
-                                 f"{env_ids!r}")
-            ids = raw.astype(np.int64)
-        for e in ids.tolist():
-            if not 0 <= e < self.num_envs:
-                raise ValueError(f"env_ids: no env {e} (num_envs={self.num_envs})")
-        if len(np.unique(ids)) != len(ids):
-            seen: set[int] = set()
-            dup = next(e for e in ids.tolist() if e in seen or seen.add(e))
-            raise ValueError(f"env_ids: env {dup} is given more than once")
-        busy = ids[self._in_flight[ids]]
-        if busy.size:
-            raise ValueError(f"env_ids: env {int(busy[0])} is not waiting for an action (it was "
-                             f"sent one and has not been returned by recv() yet)")
-        k = len(ids)
-        batch = self._action_batch_spaces.get(k)
-        if batch is None:
-            batch = self._action_batch_spaces[k] = batch_space(self.single_action_space, k)
-        disabled = self.autoreset_mode is AutoresetMode.DISABLED
-        try:
-            actions = check_actions(self.single_action_space, batch, actions, k,
-                                    self._needs_reset[ids] if disabled else None)
-        except ValueError as error:
-            raise ValueError(f"{error} (env k of this send is env_ids[k]: "
-                             f"env_ids={ids.tolist()})") from None
-        assign_rows(self._actions, actions, ids)
-        with self._guard("send()"):
-            self._send_to_owners(ids)
-
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """One message per owning worker with its envs among ``ids``."""
         order = np.argsort(self._owner[ids], kind="stable")
@@ -213,56 +160,6 @@ class PoolVectorEnv(ProcessVectorEnv):
                                      for k in self._piped_actions}))
             if not self._send(w, message, "step"):
                 self._async_lost()
-
-    def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """The first ``batch_size`` envs to finish (those that have waited longest first):
-        (obs, rewards, terminated, truncated, info), with ``info["env_id"]`` their ids."""
-        self._check_usable()
-        if not self._has_reset:
-            raise RuntimeError(
-                "call reset() before recv()" if self._failure is None else
-                f"a previous call failed ({self._failure}): call reset() before recv()")
-        self._check_hung("step")
-        b = self.batch_size
-        missing = b - len(self._ready)
-        if missing > 0:
-            flying = int(self._in_flight.sum())
-            if flying < missing:
-                raise RuntimeError(
-                    f"recv() needs batch_size={b} envs but only {len(self._ready)} are ready "
-                    f"and {flying} are stepping: send() actions to more envs first")
-            self._run(lambda: self._collect(missing, "step"), "recv()")
-        ready = iter(self._ready)
-        ids_list = [next(ready) for _ in range(b)]
-        for e in ids_list:
-            del self._ready[e]
-        ids = np.array(ids_list, dtype=np.int64)
-        a = self.arrays
-        obs = export(take_rows(self._obs, ids), copy=False)  # (fresh rows already)
-        rewards, terminated, truncated = a["rewards"][ids], a["terminated"][ids], \
-            a["truncated"][ids]
-        if self.autoreset_mode is AutoresetMode.DISABLED:
-            self._needs_reset[ids] = terminated | truncated
-        view = SimpleNamespace(num_envs=b)
-        view._add_info = functools.partial(VectorEnv._add_info, view)
-        infos: dict[str, Any] = {}
-        ended = terminated | truncated
-        if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
-            infos["final_obs"] = final_obs_info(take_rows(self._final_obs, ids), ended)
-            infos["_final_obs"] = ended
-            final_info: dict[str, Any] = {}
-            for k, e in enumerate(ids_list):
-                final = self._ready_infos.get(e, ({}, {}))[1]
-                if final:
-                    final_info = view._add_info(final_info, final, k)
-            infos["final_info"] = final_info
-            infos["_final_info"] = ended.copy()
-        for k, e in enumerate(ids_list):
-            info = self._ready_infos.pop(e, ({}, {}))[0]
-            if info:
-                infos = view._add_info(infos, info, k)
-        infos["env_id"] = ids
-        return obs, rewards, terminated, truncated, infos
 
     def _collect(self, count: int, phase: str) -> None:
         """Sleep until ``count`` more envs have reported (or a fault: raised)."""
@@ -303,31 +200,12 @@ class PoolVectorEnv(ProcessVectorEnv):
             recovered += self._async_lost()
         return recovered
 
-    def _async_lost(self) -> int:
-        """Envs of workers lost (and restarted) in async mode end as truncated and are ready
-        for ``recv``; returns how many of them were in flight."""
-        a = self.arrays
-        recovered = 0
-        restarted = dict(self._restart_infos)
-        for index, what in self._lost.items():
-            w = self._workers[index]
-            rows = slice(w.start, w.stop)
-            a["rewards"][rows] = 0.0
-            a["terminated"][rows] = False
-            a["truncated"][rows] = True
-            recovered += int(self._in_flight[rows].sum())
-            self._in_flight[rows] = False
-            self._flying[index] = 0
-            same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-            for e in range(w.start, w.stop):
-                self._ready.pop(e, None)
-                self._ready[e] = None
-                failure = {FAILURE_KEY: what}
-                self._ready_infos[e] = ({**restarted.get(e, {}), **failure},
-                                        failure if same_step else {})
-        self._lost = {}
-        self._restart_infos = []
-        return recovered
+    def _share_rows(self, index: int) -> slice:
+        w = self._workers[index]
+        return slice(w.start, w.stop)
+
+    def _share_lost(self, index: int) -> None:
+        self._flying[index] = 0
 
     def _report(self, message: bytes) -> int:
         kind = message[:1]

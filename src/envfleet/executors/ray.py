@@ -43,6 +43,7 @@ from envfleet.executors.base import (
     failure_error,
     spaces_mismatch,
 )
+from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.group import FAILURE_KEY, EnvFailure, EnvGroup, Infos
 from envfleet.executors.pool import PoolVectorEnv
 from envfleet.executors.processes import MIN_START_TIMEOUT, split
@@ -353,7 +354,7 @@ def _check_int(name: str, value: Any, low: int = 1) -> None:
         raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
 
 
-class RayVectorEnv(ExecutorVectorEnv):
+class RayVectorEnv(FirstReady, ExecutorVectorEnv):
     """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
     engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids)."""
 
@@ -766,12 +767,7 @@ class RayVectorEnv(ExecutorVectorEnv):
         self._batched = []
         return infos
 
-    # first-ready async: the pool's front end (checks, FIFO of ready envs, info assembly) over
-    # the hooks below (_send_to_owners, _collect, _check_hung)
-    send = PoolVectorEnv.send
-    recv = PoolVectorEnv.recv
-    _check_idle = PoolVectorEnv._check_idle
-
+    # first-ready async: FirstReady's front end over the hooks below
     def _init_async(self) -> None:
         self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
         self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
@@ -866,29 +862,12 @@ class RayVectorEnv(ExecutorVectorEnv):
                 recovered += self._async_lost()
         return recovered
 
-    def _async_lost(self) -> int:
-        """Envs of actors lost (and restarted) in async mode end as truncated and are ready for
-        ``recv``; returns how many of them were in flight."""
-        a_ = self.arrays
-        recovered = 0
-        restarted = dict(self._restart_infos)
-        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
-        for index, what in self._lost.items():
-            a = self._actors[index]
-            rows = slice(a.start, a.stop)
-            a_["rewards"][rows] = 0
-            a_["terminated"][rows] = False
-            a_["truncated"][rows] = True
-            recovered += int(self._in_flight[rows].sum())
-            self._in_flight[rows] = False
-            for e in range(a.start, a.stop):
-                self._ready.pop(e, None)
-                self._ready[e] = None
-                failure = {FAILURE_KEY: what}
-                self._ready_infos[e] = ({**restarted.get(e, {}), **failure},
-                                        failure if same_step else {})
-        self._lost, self._restart_infos = {}, []
-        return recovered
+    def _share_rows(self, index: int) -> slice:
+        a = self._actors[index]
+        return slice(a.start, a.stop)
+
+    def _share_lost(self, index: int) -> None:
+        """(An actor's request in flight is dropped when it is restarted.)"""
 
 
 def _death(error: BaseException) -> str:
