@@ -25,6 +25,7 @@ from gymnasium import spaces
 
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
+from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec
 
@@ -348,23 +349,11 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     rewards.copy_(torch.where(terminated, 0.0, -1.0))
 
 
-class AcrobotRenderer:
-    """Gymnasium's own ``AcrobotEnv.render`` drawing any state row (the same frames)."""
+def _reference_env(params: AcrobotParams) -> Any:
+    """Gymnasium's AcrobotEnv that draws the frames."""
+    from gymnasium.envs.classic_control.acrobot import AcrobotEnv
 
-    fps = 15  # AcrobotEnv.metadata["render_fps"]
-
-    def __init__(self, params: AcrobotParams) -> None:
-        from gymnasium.envs.classic_control.acrobot import AcrobotEnv
-
-        self.env = AcrobotEnv(render_mode="rgb_array")
-
-    def draw(self, row: dict[str, Any]) -> np.ndarray:
-        self.env.state = np.array([row["theta1"], row["theta2"], row["dtheta1"],
-                                   row["dtheta2"]], dtype=np.float64)
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
+    return AcrobotEnv(render_mode="rgb_array")
 
 
 SPEC = NativeEnvSpec(
@@ -380,5 +369,5 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="Acrobot-v1",
     description="two-link swing-up (Gymnasium's AcrobotEnv, float64 RK4)",
-    renderer=AcrobotRenderer,
+    renderer=ReferenceRenderer(_reference_env, ("theta1", "theta2", "dtheta1", "dtheta2"), fps=15),
 )

@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
+from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec
 
@@ -207,24 +208,13 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     _write_obs_torch(state, obs)
 
 
-class CartPoleRenderer:
-    """Gymnasium's own ``CartPoleEnv.render`` drawing any state row (the same frames)."""
+def _reference_env(params: CartPoleParams) -> Any:
+    """Gymnasium's CartPoleEnv that draws the frames (the pole as long as ours)."""
+    from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
-    fps = 50  # CartPoleEnv.metadata["render_fps"]
-
-    def __init__(self, params: CartPoleParams) -> None:
-        from gymnasium.envs.classic_control.cartpole import CartPoleEnv
-
-        self.env = CartPoleEnv(render_mode="rgb_array")
-        self.env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
-
-    def draw(self, row: dict[str, Any]) -> np.ndarray:
-        self.env.state = np.array([row["x"], row["x_dot"], row["theta"], row["theta_dot"]],
-                                  dtype=np.float64)
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
+    env = CartPoleEnv(render_mode="rgb_array")
+    env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
+    return env
 
 
 SPEC = NativeEnvSpec(
@@ -240,5 +230,5 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="CartPole-v1",
     description="cart-pole balancing (Gymnasium's CartPoleEnv, float64 Euler)",
-    renderer=CartPoleRenderer,
+    renderer=ReferenceRenderer(_reference_env, ("x", "x_dot", "theta", "theta_dot"), fps=50),
 )

@@ -14,6 +14,7 @@ from gymnasium import spaces
 
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
+from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec
 
@@ -125,22 +126,11 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     rewards.fill_(-1.0)
 
 
-class MountainCarRenderer:
-    """Gymnasium's own ``MountainCarEnv.render`` drawing any state row (the same frames)."""
+def _reference_env(params: MountainCarParams) -> Any:
+    """Gymnasium's MountainCarEnv that draws the frames (the same goal)."""
+    from gymnasium.envs.classic_control.mountain_car import MountainCarEnv
 
-    fps = 30  # MountainCarEnv.metadata["render_fps"]
-
-    def __init__(self, params: MountainCarParams) -> None:
-        from gymnasium.envs.classic_control.mountain_car import MountainCarEnv
-
-        self.env = MountainCarEnv(render_mode="rgb_array", goal_velocity=params.goal_velocity)
-
-    def draw(self, row: dict[str, Any]) -> np.ndarray:
-        self.env.state = np.array([row["position"], row["velocity"]], dtype=np.float64)
-        return self.env.render()
-
-    def close(self) -> None:
-        self.env.close()
+    return MountainCarEnv(render_mode="rgb_array", goal_velocity=params.goal_velocity)
 
 
 SPEC = NativeEnvSpec(
@@ -158,5 +148,5 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="MountainCar-v0",
     description="under-powered car up a hill (Gymnasium's MountainCarEnv, float64)",
-    renderer=MountainCarRenderer,
+    renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30),
 )

@@ -1,0 +1,43 @@
+"""Frames of native envs, drawn by their reference env's own renderer from each env's state.
+
+A family's ``renderer`` is ``ReferenceRenderer(make_env, columns, fps)``: called with the
+family's params it builds the reference Gymnasium env (``render_mode="rgb_array"``); each frame
+sets that env's ``state`` from env i's state columns and calls its ``render()``, so the picture
+is Gymnasium's own for the same state.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+
+class ReferenceRenderer:
+    """Draws env rows with the reference env ``make_env(params)``, its ``state`` set from the
+    row's ``columns`` (float64, in that order); ``fps`` is the reference's render_fps."""
+
+    def __init__(self, make_env: Callable[[Any], Any], columns: tuple[str, ...],
+                 fps: int) -> None:
+        self.make_env = make_env
+        self.columns = columns
+        self.fps = fps
+
+    def __call__(self, params: Any) -> Drawing:
+        return Drawing(self.make_env(params), self.columns)
+
+
+class Drawing:
+    """One reference env that draws any state row (see ``ReferenceRenderer``)."""
+
+    def __init__(self, env: Any, columns: tuple[str, ...]) -> None:
+        self.env = env
+        self.columns = columns
+
+    def draw(self, row: dict[str, Any]) -> np.ndarray:
+        self.env.state = np.array([row[c] for c in self.columns], dtype=np.float64)
+        return self.env.render()
+
+    def close(self) -> None:
+        self.env.close()
