@@ -32,6 +32,40 @@ from envfleet.executors.shared_memory import assign_rows, export, final_obs_info
 class FirstReady:
     """The ``send`` / ``recv`` front end over an executor's hooks (see the module doc)."""
 
+    def reset(self, *, seed: Any = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """As ``ExecutorVectorEnv.reset``; in async mode envs still stepping are waited for
+        first (their results stay queued for ``recv``), and the reset envs then wait for
+        actions with their reset observations queued for ``recv`` (EnvPool's async reset)."""
+        self._check_usable()
+        if self._in_flight.any() and not self._interrupted:  # (else reset drops them)
+            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"), "reset()")
+        mask = (options or {}).get("reset_mask")
+        result = super().reset(seed=seed, options=options)
+        if mask is None or np.asarray(mask).all():
+            self._clear_async(list(range(self.num_envs)))
+        else:
+            ids = np.flatnonzero(np.asarray(mask)).tolist()
+            for e in ids:
+                self._ready.pop(e, None)
+                self._ready_infos.pop(e, None)
+            self._ready.update(dict.fromkeys(ids))
+        return result
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env (``batch_size == num_envs`` only; async envs use send / recv)."""
+        if self.batch_size < self.num_envs:
+            raise RuntimeError(
+                f"this env is asynchronous (batch_size={self.batch_size} < num_envs="
+                f"{self.num_envs}): use send(actions, env_ids) and recv() instead of step()")
+        self._check_usable()
+        if self._in_flight.any():
+            raise RuntimeError(f"{int(self._in_flight.sum())} env(s) sent with send() are still "
+                               f"stepping: recv() them before calling step()")
+        result = super().step(actions)
+        self._clear_async(None)
+        return result
+
     def _check_idle(self, what: str) -> None:
         if self._in_flight.any():
             raise RuntimeError(f"cannot {what} while {int(self._in_flight.sum())} env(s) sent "

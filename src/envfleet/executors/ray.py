@@ -722,38 +722,15 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
 
     def reset(self, *, seed: Any = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """As ``ExecutorVectorEnv.reset``; in async mode envs still stepping are waited for
-        first, and the reset envs are queued for ``recv`` (EnvPool's async reset)."""
-        self._check_usable()
-        if self._in_flight.any() and not self._interrupted:
-            self._run(lambda: self._collect(int(self._in_flight.sum()), "reset"), "reset()")
+        """As ``FirstReady.reset``, with the local engines' batched infos merged in."""
         self._batched = []
         obs, infos = super().reset(seed=seed, options=options)
-        infos = self._merge_batched(infos)
-        mask = (options or {}).get("reset_mask")
-        if mask is None or np.asarray(mask).all():
-            self._clear_async(list(range(self.num_envs)))
-        else:
-            ids = np.flatnonzero(np.asarray(mask)).tolist()
-            for e in ids:
-                self._ready.pop(e, None)
-                self._ready_infos.pop(e, None)
-            self._ready.update(dict.fromkeys(ids))
-        return obs, infos
+        return obs, self._merge_batched(infos)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """Step every env (``batch_size == num_envs`` only; async envs use send / recv)."""
-        if self.batch_size < self.num_envs:
-            raise RuntimeError(
-                f"this env is asynchronous (batch_size={self.batch_size} < num_envs="
-                f"{self.num_envs}): use send(actions, env_ids) and recv() instead of step()")
-        self._check_usable()
-        if self._in_flight.any():
-            raise RuntimeError(f"{int(self._in_flight.sum())} env(s) sent with send() are still "
-                               f"stepping: recv() them before calling step()")
+        """As ``FirstReady.step``, with the local engines' batched infos merged in."""
         self._batched = []
         *result, infos = super().step(actions)
-        self._clear_async(None)
         return (*result, self._merge_batched(infos))
 
     def _merge_batched(self, infos: dict[str, Any]) -> dict[str, Any]:
