@@ -96,12 +96,12 @@ def test_dict_and_tuple_spaces(backend, env_cls) -> None:
 
 
 def test_spaces_metadata_and_repr() -> None:
-    env = envfleet.make("Acrobot-v1", 3)
+    env = envfleet.make("Taxi-v4", 3)  # (a Gymnasium id without a native family: the pool)
     assert isinstance(env, PoolVectorEnv)
-    reference = gym.make("Acrobot-v1")
+    reference = gym.make("Taxi-v4")
     assert env.single_observation_space == reference.observation_space
     assert env.single_action_space == reference.action_space
-    assert env.action_space == gym.spaces.MultiDiscrete([3] * 3)
+    assert env.action_space == gym.spaces.MultiDiscrete([6] * 3)
     assert env.metadata["autoreset_mode"] is AutoresetMode.NEXT_STEP
     assert "pool" in repr(env)
     env.close()

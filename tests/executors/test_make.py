@@ -43,11 +43,11 @@ def test_unknown_ids_name_the_closest_from_both_registries() -> None:
 
 def test_bad_arguments() -> None:
     with pytest.raises(ValueError, match="native envs"):
-        envfleet.make("Acrobot-v1", 2, backend="numba")
+        envfleet.make("Taxi-v4", 2, backend="numba")
     with pytest.raises(ValueError, match="native envs"):
         envfleet.make(CountingEnv, 2, backend="torch")
     with pytest.raises(ValueError, match="valid backends: auto, numba, cuda, torch, serial"):
-        envfleet.make("Acrobot-v1", 2, backend="ray")
+        envfleet.make("Taxi-v4", 2, backend="rya")
     with pytest.raises(TypeError, match="num_workers"):
         envfleet.make("Acrobot-v1", 2, backend="serial", num_workers=2)
     with pytest.raises(TypeError, match="only apply to env ids"):
