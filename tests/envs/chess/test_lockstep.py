@@ -11,10 +11,15 @@ from envfleet.envs.chess import STARTING_FEN
 chess = pytest.importorskip("chess")
 
 from tests.envs.chess.helpers import (  # noqa: E402
+    COMPACT_FIELDS,
+    PLANES_FIELDS,
     find_reply,
     legal_ucis,
     mask_ucis,
+    reference_compact,
+    reference_ep_square,
     reference_outcome,
+    reference_planes,
 )
 
 # start positions that reach every kind of game end quickly under random play
@@ -75,6 +80,85 @@ def test_two_player_random_games_match_python_chess():
             assert mask_ucis(env, i, info["action_mask"][i]) == legal_ucis(board)
     # the start positions were chosen to reach these ends
     assert {"checkmate", "stalemate", "insufficient_material", "fifty_moves"} <= seen, seen
+
+
+# (start, opening, cycle): scripted games that repeat positions until threefold repetition
+SCRIPTS = [
+    (STARTING_FEN, [], ["g1f3", "g8f6", "f3g1", "f6g8"]),
+    # after 1.e4 the en-passant square has no legal capture: the position recurs (ply 5, 9)
+    (STARTING_FEN, ["e2e4"], ["g8f6", "g1f3", "f6g8", "f3g1"]),
+    # the start has a legal en-passant capture, so it never recurs (threefold at ply 12)
+    ("rnbqkbnr/ppp1p1pp/8/3pPp2/8/8/PPPP1PPP/RNBQKBNR w KQkq f6 0 3", [],
+     ["g1f3", "g8f6", "f3g1", "f6g8"]),
+    # king moves drop the castling rights: the shuffled position differs from the start
+    ("r3k2r/8/8/8/8/8/8/R3K2R w KQkq - 0 1", ["e1f1", "e8f8"], ["f1e1", "f8e8", "e1f1", "e8f8"]),
+]
+
+
+@pytest.mark.parametrize("observation", ["compact", "planes"])
+def test_observation_fields_match_python_chess(observation):
+    """Every observation field of every board, every ply (resets included), against the one
+    built from python-chess's position: random games plus scripted repetitions."""
+    fields = COMPACT_FIELDS if observation == "compact" else PLANES_FIELDS
+    reference = reference_compact if observation == "compact" else reference_planes
+    fens = STARTS + [fen for fen, _, _ in SCRIPTS]
+    n, plies = len(fens), 200
+    env = envfleet.make("Chess-v0", n, seed=4, backend="numba", observation=observation,
+                        max_plies=120)
+    obs, _ = env.reset(options={"fen": fens})
+    boards = [chess.Board(f) for f in fens]
+    played = np.zeros(n, dtype=np.int64)  # plies of each board's current game
+    pending = np.zeros(n, dtype=bool)
+    seen = {name: set() for name in fields}
+    ep_kinds = set()
+
+    def check(i):
+        board = boards[i]
+        expected = reference(board)
+        assert obs[i].dtype == expected.dtype and obs[i].shape == expected.shape
+        for name, part in fields.items():
+            got, want = obs[i][..., part], expected[..., part]
+            wrong = np.flatnonzero(got != want)[:8]
+            assert not wrong.size, \
+                (f"board {i}: {name} of the {observation} observation differs from python-chess "
+                 f"at {board.fen()}: flat entries {wrong} are {got.ravel()[wrong]}, expected "
+                 f"{want.ravel()[wrong]}")
+            seen[name].add(got.tobytes())
+        ep_kinds.add((board.ep_square is not None, reference_ep_square(board) is not None))
+
+    for i in range(n):
+        check(i)
+    for _ in range(plies):
+        actions = np.asarray(env.random_legal_actions()).copy()
+        for s, (_fen, opening, cycle) in enumerate(SCRIPTS):
+            i = len(STARTS) + s
+            if not pending[i]:
+                k = played[i]
+                move = opening[k] if k < len(opening) else cycle[(k - len(opening)) % len(cycle)]
+                actions[i] = env.uci_to_action(i, move)
+        moves = [None if pending[i] else env.action_to_uci(i, int(actions[i])) for i in range(n)]
+        obs, _rewards, terminated, truncated, _info = env.step(actions)
+        for i in range(n):
+            if pending[i]:  # the step after a game's end is its reset
+                boards[i] = chess.Board(fens[i])
+                played[i] = 0
+                pending[i] = False
+            else:
+                boards[i].push_uci(moves[i])
+                played[i] += 1
+                pending[i] = terminated[i] or truncated[i]
+            assert env.fen(i) == boards[i].fen()
+            check(i)
+    # every comparison could fail: each field took more than one value
+    assert all(len(values) > 1 for values in seen.values()), \
+        {name: len(values) for name, values in seen.items()}
+    if observation == "compact":
+        values = {name: {np.frombuffer(v, np.int8)[0] for v in seen[name]}
+                  for name in ("repetition count", "en-passant file", "half-move clock")}
+        assert values["repetition count"] == {0, 1, 2}
+        assert len(values["en-passant file"]) > 2 and 100 in values["half-move clock"], values
+    # python-chess's ep_square without a legal capture (kept as none) and with one
+    assert {(True, False), (True, True), (False, False)} <= ep_kinds, ep_kinds
 
 
 @pytest.mark.parametrize("agent_color", ["white", "black", "alternate"])
