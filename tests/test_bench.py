@@ -204,7 +204,7 @@ def test_comparisons_and_process_cap():
 def test_bad_env_for_the_backends_is_a_clear_error(tmp_path, capsys):
     assert main(["bench", "--env", "NoSuchThing-v0", "--out", str(tmp_path)]) == 2
     assert "unknown env id 'NoSuchThing-v0'" in capsys.readouterr().err
-    assert main(["bench", "--env", "Acrobot-v1", "--backends", "numba,pool",
+    assert main(["bench", "--env", "Taxi-v4", "--backends", "numba,pool",
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "'numba' cannot run here" in err and "pool" in err
