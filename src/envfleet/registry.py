@@ -25,7 +25,7 @@ from envfleet.envs import FAMILIES
 from envfleet.memory import check_executor_memory, check_native_memory
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.jit import compile_checked
-from envfleet.native.spec import NativeEnvSpec, check_spec
+from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, check_spec
 from envfleet.native.vector_env import NativeVectorEnv
 
 #: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
@@ -224,6 +224,7 @@ def make(
     if render_mode is not None and render_mode not in modes:
         raise ValueError(f"{spec.id} renders in {modes or 'no mode'}, not render_mode="
                          f"{render_mode!r}")
+    check_per_env_kwargs(spec, env_kwargs, num_envs)
     try:
         params = spec.make_params(**env_kwargs)
     except TypeError as error:

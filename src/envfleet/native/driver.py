@@ -123,14 +123,32 @@ class Driver(NamedTuple):
     reset: Callable[..., None]  # resets env i if masked, reseeding it when asked
 
 
-def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
+def params_row(params_type: type, per_env: tuple[str, ...]) -> Callable[..., tuple]:
+    """The kernel function ``row(params, columns, i)``: a ``params_type`` record of env i's
+    values, the fields named in ``per_env`` read from ``columns`` (one array each, in that
+    order) and the others from ``params`` (compiled in as constants on numba)."""
+    values = ", ".join(f"columns[{per_env.index(name)}][i]" if name in per_env
+                       else f"params[{k}]" for k, name in enumerate(params_type._fields))
+    namespace = {"Params": params_type}
+    # generated: numba builds a NamedTuple field by field, with no _replace
+    exec(f"def row(params, columns, i):\n    return Params({values})\n", namespace)
+    return kernel_function(namespace["row"])
+
+
+def make_driver(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (),
+                params_type: type | None = None) -> Driver:
     """Wrap ``spec``'s scalar kernels with autoreset ``mode`` (a ``*_STEP``/``DISABLED`` code).
 
     Kernels see observations as rows: ``obs`` is (num_envs, obs_size) whatever the obs shape.
+    With ``per_env`` fields (``spec.split_params``), the driver's ``state`` argument is the
+    pair ``(state, columns)`` and the family's kernels get ``state`` and env i's own params
+    record (``params_row``): the family's code is the same in both cases.
     """
     reset_one, step_one = spec.reset_one, spec.step_one
     action_ok = action_format(spec.action_space).check
     check = spec.action_check
+    if per_env:
+        reset_one, step_one, check = _per_env_kernels(spec, params_row(params_type, per_env))
     one = np.uint64(1)
 
     if check is None:
@@ -206,3 +224,26 @@ def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
             pending[i] = False
 
     return Driver(refuse, begin, advance, finish, reset)
+
+
+def _per_env_kernels(spec: NativeEnvSpec, row: Callable[..., tuple]) -> tuple:
+    """``spec``'s reset_one, step_one and action_check taking ``(state, columns)`` for
+    ``state`` and handing the family env i's params record."""
+    family_reset, family_step, family_check = spec.reset_one, spec.step_one, spec.action_check
+
+    @kernel_function
+    def reset_one(i, state, params, rng, obs):
+        family_reset(i, state[0], row(params, state[1], i), rng, obs)
+
+    @kernel_function
+    def step_one(i, state, params, actions, rng, obs, rewards, terminated):
+        family_step(i, state[0], row(params, state[1], i), actions, rng, obs, rewards,
+                    terminated)
+
+    check = None
+    if family_check is not None:
+        @kernel_function
+        def check(i, state, params, actions):
+            return family_check(i, state[0], row(params, state[1], i), actions)
+
+    return reset_one, step_one, check
