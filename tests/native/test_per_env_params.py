@@ -151,7 +151,7 @@ def test_scalar_params_compile_as_before() -> None:
     assert envfleet.make("CartPole-v1", 4).engine._kernels is engine._kernels
     varied = envfleet.make("CartPole-v1", 4, masspole=np.full(4, 0.1)).engine
     assert varied._kernels is not engine._kernels
-    assert varied._kernel_state[1][0].flags.writeable is False
+    assert varied._kernel_state[-1].flags.writeable is False  # the masspole column
 
 
 def test_the_users_array_is_copied() -> None:
@@ -171,3 +171,43 @@ def test_torch_cartpole_force_mag_stays_float64(backend: str) -> None:
     for _ in range(20):
         outs = [as_numpy(env.step(np.array([1, 0, 1, 1]))[0]) for env in envs]
         np.testing.assert_array_equal(*outs)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize(("env_id", "goal", "action"), [
+    ("MountainCar-v0", 0.5, np.array([2, 2, 2])),
+    ("MountainCarContinuous-v0", 0.45, np.ones((3, 1), np.float32)),
+])
+def test_goal_velocity_per_env(env_id: str, goal: float, action: np.ndarray,
+                               backend: str) -> None:
+    """From the same state just short of the goal, each env ends its episode as a separate make
+    with its goal_velocity does: the slowest goal reached, the fastest not."""
+    goal_velocity = np.array([0.0, 0.002, 0.02])
+    batch = envfleet.make(env_id, 3, backend=backend, goal_velocity=goal_velocity)
+    singles = [envfleet.make(env_id, 1, backend=backend, goal_velocity=float(v))
+               for v in goal_velocity]
+    terminated = []
+    for i, env in enumerate([batch, *singles]):
+        env.reset(seed=0)
+        position, velocity = env.state[0], env.state[1]
+        position[:] = goal - 0.004  # writable views of the state columns on every backend
+        velocity[:] = 0.006
+        rows = action if env is batch else action[i - 1:i]
+        terminated.append(as_numpy(env.step(rows)[2]))
+    np.testing.assert_array_equal(terminated[0], np.concatenate(terminated[1:]))
+    assert terminated[0].tolist() == [True, True, False]
+
+
+def test_parallel_kernel_reads_per_env_params() -> None:
+    """The numba parallel kernel (>= 512 envs, 2 threads) steps per-env params as the serial one
+    does (its loop takes the flat kernel state: numba's parallel loops refuse nested tuples)."""
+    masspole = np.linspace(0.05, 1.0, 600)
+    envs = [envfleet.make("CartPole-v1", 600, num_threads=t, masspole=masspole) for t in (2, 1)]
+    assert envs[0].engine._parallel and not envs[1].engine._parallel
+    outs = [env.reset(seed=2)[0] for env in envs]
+    rng = np.random.default_rng(3)
+    for _ in range(30):
+        actions = rng.integers(0, 2, 600)
+        outs = [env.step(actions)[:4] for env in envs]
+        for got, want in zip(*outs, strict=True):
+            np.testing.assert_array_equal(got, want)

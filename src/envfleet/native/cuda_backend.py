@@ -53,7 +53,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (
     Compiled lazily on first launch (per argument types), from the same scalar functions the
     numba backend compiles. ``counters`` is the 3-int device array described above. The
     params fields named in ``per_env`` are read from per-env columns (``split_params``: the
-    kernels' ``state`` argument is then ``(state, columns)``).
+    kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, params_type)
 
@@ -171,7 +171,7 @@ class CudaEngine:
         self._state = State(**{name: cuda.to_device(column)
                                for name, column in spec.allocate_state(num_envs).items()})
         # what the kernels get as ``state``: with per-env params, the state and their columns
-        self._kernel_state = ((self._state, tuple(cuda.to_device(c) for c in columns))
+        self._kernel_state = ((*self._state, *(cuda.to_device(c) for c in columns))
                               if per_env else self._state)
         obs_space = spec.observation_space
         obs_shape = (num_envs, *obs_space.shape)

@@ -58,7 +58,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     ``params`` is compiled in as a constant (one compile per distinct params record): flags
     like CartPole's integrator fold away instead of branching per env (10% faster). The
     fields named in ``per_env`` are read from per-env columns instead (``split_params``:
-    the kernels' ``state`` argument is then ``(state, columns)``).
+    the kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     A step kernel returns how many episodes ended, or ``-1 - i`` when env i's step is refused
     (checked for every env before any env moves, so a refused step changes nothing).
     """
@@ -181,7 +181,7 @@ class NumbaEngine:
         State = spec.state_type
         self.state = State(**spec.allocate_state(num_envs))
         # what the kernels get as ``state``: with per-env params, the state and their columns
-        self._kernel_state = (self.state, columns) if per_env else self.state
+        self._kernel_state = (*self.state, *columns) if per_env else self.state
         obs_space = spec.observation_space
         self.obs = np.zeros((num_envs, *obs_space.shape), dtype=obs_space.dtype)
         self.final_obs = np.zeros_like(self.obs)
