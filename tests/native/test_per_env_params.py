@@ -211,3 +211,21 @@ def test_parallel_kernel_reads_per_env_params() -> None:
         outs = [env.step(actions)[:4] for env in envs]
         for got, want in zip(*outs, strict=True):
             np.testing.assert_array_equal(got, want)
+
+
+def test_render_draws_each_pole_length() -> None:
+    """CartPole's frames with per-env ``length``: env i drawn as Gymnasium's CartPoleEnv with
+    that length draws the same state."""
+    pytest.importorskip("pygame")
+    length = np.array([0.25, 0.5, 1.0])
+    env = envfleet.make("CartPole-v1", 3, length=length, render_mode="rgb_array")
+    env.reset(seed=0)
+    frames = env.render()
+    for i, frame in enumerate(frames):
+        reference = gym.make("CartPole-v1", render_mode="rgb_array").unwrapped
+        reference.reset(seed=0)
+        reference.length = float(length[i])
+        reference.state = np.array([as_numpy(c)[i] for c in env.state])
+        np.testing.assert_array_equal(frame, reference.render())
+        reference.close()
+    assert not np.array_equal(frames[0], frames[2])

@@ -228,9 +228,10 @@ class CartPoleRenderer:
         from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
         self.env = CartPoleEnv(render_mode="rgb_array")
-        self.env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
+        self.length = params.length  # the pole as drawn (x_threshold: 2.4)
 
     def draw(self, row: dict[str, Any]) -> np.ndarray:
+        self.env.length = float(row.get("length", self.length))  # per env, if given so
         self.env.state = np.array([row["x"], row["x_dot"], row["theta"], row["theta_dot"]],
                                   dtype=np.float64)
         return self.env.render()
