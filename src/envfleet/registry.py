@@ -312,6 +312,11 @@ def _make_ray_native(native: str, num_envs: int, *, autoreset_mode: AutoresetMod
         _check_max_steps(max_episode_steps)
     options = _backend_options(env_kwargs, EXECUTOR_BACKENDS["ray"][1], "ray")
     spec = NATIVE_ENVS[native]
+    check_per_env_kwargs(spec, env_kwargs, num_envs)
+    arrays = [k for k in spec.per_env_params if np.ndim(env_kwargs.get(k, 0)) > 0]
+    if arrays:  # each actor makes its share from the same kwargs: they are not split yet
+        raise ValueError(f"{spec.id}: per-env {', '.join(arrays)} (an array) is not supported "
+                         f"on backend 'ray'; use backend 'numba', 'cuda' or 'torch'")
     try:
         spec.make_params(**{k: v for k, v in env_kwargs.items() if k != "render_mode"})
     except TypeError as error:

@@ -229,3 +229,10 @@ def test_render_draws_each_pole_length() -> None:
         np.testing.assert_array_equal(frame, reference.render())
         reference.close()
     assert not np.array_equal(frames[0], frames[2])
+
+
+def test_ray_refuses_per_env_arrays() -> None:
+    """Ray actors each make their share from the same keyword arguments: a per-env array is
+    refused up front rather than misread by every actor."""
+    with pytest.raises(ValueError, match=r"per-env g .* not supported on backend 'ray'"):
+        envfleet.make("Pendulum-v1", 4, backend="ray", g=np.ones(4))
