@@ -25,7 +25,7 @@ from envfleet.envs import FAMILIES
 from envfleet.memory import check_executor_memory, check_native_memory
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.jit import compile_checked
-from envfleet.native.spec import NativeEnvSpec, check_spec
+from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, check_spec
 from envfleet.native.vector_env import NativeVectorEnv
 
 #: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
@@ -224,6 +224,7 @@ def make(
     if render_mode is not None and render_mode not in modes:
         raise ValueError(f"{spec.id} renders in {modes or 'no mode'}, not render_mode="
                          f"{render_mode!r}")
+    check_per_env_kwargs(spec, env_kwargs, num_envs)
     try:
         params = spec.make_params(**env_kwargs)
     except TypeError as error:
@@ -311,6 +312,11 @@ def _make_ray_native(native: str, num_envs: int, *, autoreset_mode: AutoresetMod
         _check_max_steps(max_episode_steps)
     options = _backend_options(env_kwargs, EXECUTOR_BACKENDS["ray"][1], "ray")
     spec = NATIVE_ENVS[native]
+    check_per_env_kwargs(spec, env_kwargs, num_envs)
+    arrays = [k for k in spec.per_env_params if np.ndim(env_kwargs.get(k, 0)) > 0]
+    if arrays:  # each actor makes its share from the same kwargs: they are not split yet
+        raise ValueError(f"{spec.id}: per-env {', '.join(arrays)} (an array) is not supported "
+                         f"on backend 'ray'; use backend 'numba', 'cuda' or 'torch'")
     try:
         spec.make_params(**{k: v for k, v in env_kwargs.items() if k != "render_mode"})
     except TypeError as error:

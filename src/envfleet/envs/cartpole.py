@@ -16,7 +16,7 @@ from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, finite_param, physics_param
 
 
 class CartPoleParams(NamedTuple):
@@ -41,17 +41,21 @@ class CartPoleParams(NamedTuple):
 def make_params(
     *,
     sutton_barto_reward: bool = False,
-    gravity: float = 9.8,
-    masscart: float = 1.0,
-    masspole: float = 0.1,
-    length: float = 0.5,
-    force_mag: float = 10.0,
+    gravity: float | np.ndarray = 9.8,
+    masscart: float | np.ndarray = 1.0,
+    masspole: float | np.ndarray = 0.1,
+    length: float | np.ndarray = 0.5,
+    force_mag: float | np.ndarray = 10.0,
     tau: float = 0.02,
     kinematics_integrator: str = "euler",
     reset_low: float = -0.05,
     reset_high: float = 0.05,
 ) -> CartPoleParams:
-    """Gymnasium's constants, derived the way ``CartPoleEnv.__init__`` derives them."""
+    """Gymnasium's constants, derived the way ``CartPoleEnv.__init__`` derives them.
+
+    ``gravity``, ``masscart``, ``masspole``, ``length`` and ``force_mag`` (``CartPoleEnv``'s
+    attributes) are each one value or an array of one value per env (``physics_param``);
+    masses and length must be > 0."""
     if kinematics_integrator not in ("euler", "semi-implicit euler"):
         raise ValueError(
             f"kinematics_integrator must be 'euler' or 'semi-implicit euler', "
@@ -59,14 +63,20 @@ def make_params(
         )
     if not reset_low < reset_high:
         raise ValueError(f"reset_low ({reset_low}) must be below reset_high ({reset_high})")
+    gravity = physics_param("gravity", gravity)
+    masscart = physics_param("masscart", masscart, positive=True)
+    masspole = physics_param("masspole", masspole, positive=True)
+    length = physics_param("length", length, positive=True)
+    if not finite_param("tau", tau) > 0:
+        raise ValueError(f"tau must be > 0 (the time step, seconds), got {tau!r}")
     return CartPoleParams(
-        gravity=float(gravity),
-        masscart=float(masscart),
-        masspole=float(masspole),
-        total_mass=float(masspole) + float(masscart),
-        length=float(length),
-        polemass_length=float(masspole) * float(length),
-        force_mag=float(force_mag),
+        gravity=gravity,
+        masscart=masscart,
+        masspole=masspole,
+        total_mass=masspole + masscart,  # per env: the same float64 sum, element by element
+        length=length,
+        polemass_length=masspole * length,
+        force_mag=physics_param("force_mag", force_mag),
         tau=float(tau),
         theta_threshold_radians=12 * 2 * math.pi / 360,
         x_threshold=2.4,
@@ -177,7 +187,9 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
 
     p = params
     x, x_dot, theta, theta_dot = state
-    force = torch.where(actions == 1, p.force_mag, -p.force_mag)
+    # a float64 tensor: torch.where would round a Python float force_mag to float32
+    force_mag = torch.as_tensor(p.force_mag, dtype=x.dtype, device=x.device)
+    force = torch.where(actions == 1, force_mag, -force_mag)
     costheta = tensor_math.cos(theta)
     sintheta = tensor_math.sin(theta)
     temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
@@ -230,5 +242,8 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="CartPole-v1",
     description="cart-pole balancing (Gymnasium's CartPoleEnv, float64 Euler)",
-    renderer=ReferenceRenderer(_reference_env, ("x", "x_dot", "theta", "theta_dot"), fps=50),
+    renderer=ReferenceRenderer(_reference_env, ("x", "x_dot", "theta", "theta_dot"), fps=50,
+                               attributes=("length",)),
+    per_env_params=("gravity", "masscart", "masspole", "total_mass", "length",
+                    "polemass_length", "force_mag"),
 )

@@ -16,7 +16,7 @@ from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, physics_param
 
 # MountainCarEnv.__init__'s constants
 MIN_POSITION = -1.2
@@ -41,8 +41,12 @@ class MountainCarParams(NamedTuple):
     reset_high: float
 
 
-def make_params(*, goal_velocity: float = 0) -> MountainCarParams:
-    """``MountainCarEnv(goal_velocity=...)``: the goal also needs velocity >= goal_velocity."""
+def make_params(*, goal_velocity: float | np.ndarray = 0) -> MountainCarParams:
+    """``MountainCarEnv(goal_velocity=...)``: the goal also needs velocity >= goal_velocity
+    (one number, or an array of one finite value per env)."""
+    if isinstance(goal_velocity, np.ndarray | list | tuple):
+        return make_params()._replace(
+            goal_velocity=physics_param("goal_velocity", goal_velocity))
     if isinstance(goal_velocity, bool) or not isinstance(goal_velocity, (int, float,
                                                                          np.number)):
         raise ValueError(f"goal_velocity must be a real number, got {goal_velocity!r}")
@@ -141,6 +145,7 @@ SPEC = NativeEnvSpec(
     action_space=spaces.Discrete(3),
     state={name: (np.float64, ()) for name in ("position", "velocity")},
     make_params=make_params,
+    per_env_params=("goal_velocity",),
     max_episode_steps=200,
     reset_one=reset_one,
     step_one=step_one,

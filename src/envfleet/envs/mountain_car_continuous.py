@@ -27,7 +27,7 @@ from gymnasium import spaces
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, finite_param
+from envfleet.native.spec import NativeEnvSpec, physics_param
 
 
 class MountainCarContinuousParams(NamedTuple):
@@ -43,11 +43,12 @@ class MountainCarContinuousParams(NamedTuple):
     power: float
 
 
-def make_params(*, goal_velocity: float = 0.0) -> MountainCarContinuousParams:
-    """``Continuous_MountainCarEnv(goal_velocity=...)``'s constants (a finite real number,
-    compared with the velocity as Gymnasium compares a Python number)."""
+def make_params(*, goal_velocity: float | np.ndarray = 0.0) -> MountainCarContinuousParams:
+    """``Continuous_MountainCarEnv(goal_velocity=...)``'s constants (a finite real number, or
+    an array of one per env, compared with the velocity as Gymnasium compares a Python
+    number)."""
     return MountainCarContinuousParams(
-        goal_velocity=finite_param("goal_velocity", goal_velocity), min_action=-1.0,
+        goal_velocity=physics_param("goal_velocity", goal_velocity), min_action=-1.0,
         max_action=1.0, min_position=-1.2, max_position=0.6, max_speed=0.07,
         goal_position=0.45, power=0.0015)
 
@@ -166,6 +167,8 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
 
     def limit(value: float, exact: Any) -> Any:
         """A Python constant as the comparison sees it: itself, or rounded to float32."""
+        if isinstance(value, torch.Tensor):  # a per-env parameter
+            return torch.where(exact, value, _as32_torch(value))
         return torch.full_like(position, float(np.float32(value))).masked_fill_(exact, value)
 
     hi = v > limit(p.max_speed, wide)
@@ -198,6 +201,7 @@ SPEC = NativeEnvSpec(
     state={"position": (np.float64, ()), "velocity": (np.float64, ()),
            "fresh": (np.bool_, ())},
     make_params=make_params,
+    per_env_params=("goal_velocity",),
     max_episode_steps=999,
     reset_one=reset_one,
     step_one=step_one,

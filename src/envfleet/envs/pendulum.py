@@ -18,7 +18,7 @@ from gymnasium import spaces
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, finite_param
+from envfleet.native.spec import NativeEnvSpec, physics_param
 
 
 class PendulumParams(NamedTuple):
@@ -32,9 +32,10 @@ class PendulumParams(NamedTuple):
     l: float  # noqa: E741 (Gymnasium's name)
 
 
-def make_params(*, g: float = 10.0) -> PendulumParams:
-    """``PendulumEnv(g=...)``'s constants; ``g`` must be a finite real number."""
-    return PendulumParams(g=finite_param("g", g), max_speed=8.0, max_torque=2.0, dt=0.05,
+def make_params(*, g: float | np.ndarray = 10.0) -> PendulumParams:
+    """``PendulumEnv(g=...)``'s constants; ``g`` is one finite real number or an array of one
+    per env (``physics_param``)."""
+    return PendulumParams(g=physics_param("g", g), max_speed=8.0, max_torque=2.0, dt=0.05,
                           m=1.0, l=1.0)
 
 
@@ -153,4 +154,5 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="Pendulum-v1",
     description="pendulum swing-up, continuous torque (Gymnasium's PendulumEnv, float64)",
+    per_env_params=("g",),
 )

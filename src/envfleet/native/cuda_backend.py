@@ -34,7 +34,7 @@ from envfleet.native.driver import (
 )
 from envfleet.native.jit import announce_compile
 from envfleet.native.numba_backend import as_numpy_actions
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
 #: True when numba-cuda runs kernels in its simulator (no GPU involved).
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
@@ -46,13 +46,16 @@ _ENDED = 2
 
 
 @functools.cache
-def compile_kernels(spec: NativeEnvSpec, mode: int) -> tuple[Any, Any, Any]:
+def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (),
+                    params_type: type | None = None) -> tuple[Any, Any, Any]:
     """(validate, step, reset) CUDA kernels of ``spec`` for autoreset ``mode``.
 
     Compiled lazily on first launch (per argument types), from the same scalar functions the
-    numba backend compiles. ``counters`` is the 3-int device array described above.
+    numba backend compiles. ``counters`` is the 3-int device array described above. The
+    params fields named in ``per_env`` are read from per-env columns (``split_params``: the
+    kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     """
-    refuse, begin, advance, finish, drive_reset = make_driver(spec, mode)
+    refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, params_type)
 
     @cuda.jit
     def validate(n, state, params, actions, bounds, pending, counters, slot):
@@ -148,10 +151,11 @@ class CudaEngine:
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.params, self.max_episode_steps = params, max_episode_steps
         # what the kernels see: the family may keep part of params to itself
-        self.kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+        kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+        self.kernel_params, per_env, columns = split_params(spec, kernel_params, num_envs)
         self.threads_per_block = threads_per_block
         self._grid = ((num_envs + threads_per_block - 1) // threads_per_block, threads_per_block)
-        self._kernels = compile_kernels(spec, mode)
+        self._kernels = compile_kernels(spec, mode, per_env, type(kernel_params))
         self._validate, self._step, self._reset = self._kernels
 
         fmt = action_format(spec.action_space)
@@ -166,6 +170,9 @@ class CudaEngine:
         State = spec.state_type
         self._state = State(**{name: cuda.to_device(column)
                                for name, column in spec.allocate_state(num_envs).items()})
+        # what the kernels get as ``state``: with per-env params, the state and their columns
+        self._kernel_state = ((*self._state, *(cuda.to_device(c) for c in columns))
+                              if per_env else self._state)
         obs_space = spec.observation_space
         obs_shape = (num_envs, *obs_space.shape)
         self._obs = _zeros(obs_shape, obs_space.dtype)
@@ -196,7 +203,8 @@ class CudaEngine:
 
     def compile(self) -> None:
         """Compile the kernels now (first launch would do it) by running a 1-env copy."""
-        probe = CudaEngine(self.spec, 1, self.mode, self.params, self.max_episode_steps,
+        probe = CudaEngine(self.spec, 1, self.mode, first_env_params(self.spec, self.params),
+                           self.max_episode_steps,
                            self.threads_per_block)
         probe.reset(None, np.zeros(1, np.uint64))
         probe.step(valid_actions(self.spec.action_space, 1))
@@ -225,7 +233,7 @@ class CudaEngine:
                                        stream=stream)
         with _quiet_simulator():
             self._reset[launch](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
-                                    self._state, self.kernel_params, self._rng,
+                                    self._kernel_state, self.kernel_params, self._rng,
                                     self._pending,
                                     self._obs_rows)
 
@@ -246,9 +254,9 @@ class CudaEngine:
         n, slot = self.num_envs, self._slot
         self._slot = 1 - slot
         with _quiet_simulator():
-            self._validate[launch](n, self._state, self.kernel_params, self._actions,
+            self._validate[launch](n, self._kernel_state, self.kernel_params, self._actions,
                                        self._bounds, self._pending, self._counters, slot)
-            self._step[launch](n, self._state, self.kernel_params, self._actions, self._rng,
+            self._step[launch](n, self._kernel_state, self.kernel_params, self._actions, self._rng,
                                    self.max_episode_steps, self._pending, self._obs_rows,
                                    self._rewards, self._terminated, self._truncated,
                                    self._final_obs_rows, self._counters, slot)
@@ -295,7 +303,7 @@ class CudaEngine:
     def close(self) -> None:
         """Drop the engine's references to its device buffers (freed once the user-facing
         tensors that share them are gone too)."""
-        for name in ("_actions", "_actions_tensor", "_bounds", "_state", "_obs", "_final_obs",
-                     "_obs_rows", "_final_obs_rows", "_rewards", "_terminated", "_truncated",
-                     "_pending", "_rng", "_all", "_mask", "_seeds", "_counters"):
+        for name in ("_actions", "_actions_tensor", "_bounds", "_state", "_kernel_state", "_obs",
+                     "_final_obs", "_obs_rows", "_final_obs_rows", "_rewards", "_terminated",
+                     "_truncated", "_pending", "_rng", "_all", "_mask", "_seeds", "_counters"):
             setattr(self, name, None)

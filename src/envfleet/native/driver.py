@@ -123,14 +123,45 @@ class Driver(NamedTuple):
     reset: Callable[..., None]  # resets env i if masked, reseeding it when asked
 
 
-def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
+def _generated(name: str, arguments: str, result: str, **names: Any) -> Callable[..., Any]:
+    """A kernel function ``name(arguments)`` returning ``result`` (numba builds a NamedTuple
+    field by field: no ``_replace`` nor ``*args`` into a record in kernel code)."""
+    exec(f"def {name}({arguments}):\n    return {result}\n", names)
+    return kernel_function(names[name])
+
+
+def per_env_views(spec: NativeEnvSpec, per_env: tuple[str, ...],
+                  params_type: type) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(state_of, row)`` for a flat kernel state ``(*state, *columns)`` (the state columns
+    and tables, then one array per ``per_env`` field; flat: numba's parallel loops take tuples
+    of arrays, not nested tuples): ``state_of(kstate)`` is the family's state NamedTuple and
+    ``row(params, kstate, i)`` env i's ``params_type`` record, the ``per_env`` fields read
+    from their columns, the others from ``params`` (compiled in as constants on numba)."""
+    k = len(spec.state_type._fields)
+    state_of = _generated("state_of", "kstate",
+                          f"State({', '.join(f'kstate[{j}]' for j in range(k))})",
+                          State=spec.state_type)
+    values = ", ".join(f"kstate[{k + per_env.index(name)}][i]" if name in per_env
+                       else f"params[{j}]" for j, name in enumerate(params_type._fields))
+    row = _generated("row", "params, kstate, i", f"Params({values})", Params=params_type)
+    return state_of, row
+
+
+def make_driver(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (),
+                params_type: type | None = None) -> Driver:
     """Wrap ``spec``'s scalar kernels with autoreset ``mode`` (a ``*_STEP``/``DISABLED`` code).
 
     Kernels see observations as rows: ``obs`` is (num_envs, obs_size) whatever the obs shape.
+    With ``per_env`` fields (``spec.split_params``), the driver's ``state`` argument is the
+    flat tuple ``(*state, *columns)`` and the family's kernels get ``state`` and env i's own
+    params record (``per_env_views``): the family's code is the same in both cases.
     """
     reset_one, step_one = spec.reset_one, spec.step_one
     action_ok = action_format(spec.action_space).check
     check = spec.action_check
+    if per_env:
+        reset_one, step_one, check = _per_env_kernels(spec, *per_env_views(spec, per_env,
+                                                                           params_type))
     one = np.uint64(1)
 
     if check is None:
@@ -206,3 +237,27 @@ def make_driver(spec: NativeEnvSpec, mode: int) -> Driver:
             pending[i] = False
 
     return Driver(refuse, begin, advance, finish, reset)
+
+
+def _per_env_kernels(spec: NativeEnvSpec, state_of: Callable[..., Any],
+                     row: Callable[..., Any]) -> tuple:
+    """``spec``'s reset_one, step_one and action_check taking the flat kernel state
+    (``per_env_views``) and handing the family its state and env i's params record."""
+    family_reset, family_step, family_check = spec.reset_one, spec.step_one, spec.action_check
+
+    @kernel_function
+    def reset_one(i, state, params, rng, obs):
+        family_reset(i, state_of(state), row(params, state, i), rng, obs)
+
+    @kernel_function
+    def step_one(i, state, params, actions, rng, obs, rewards, terminated):
+        family_step(i, state_of(state), row(params, state, i), actions, rng, obs, rewards,
+                    terminated)
+
+    check = None
+    if family_check is not None:
+        @kernel_function
+        def check(i, state, params, actions):
+            return family_check(i, state_of(state), row(params, state, i), actions)
+
+    return reset_one, step_one, check

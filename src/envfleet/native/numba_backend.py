@@ -36,7 +36,7 @@ from envfleet.native.driver import (
     valid_actions,
 )
 from envfleet.native.jit import announce_compile
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
 CHUNKS_PER_THREAD = 4
@@ -51,15 +51,18 @@ def default_threads() -> int:
 
 
 @functools.cache
-def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple) -> tuple[Any, Any, Any]:
+def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
+                    per_env: tuple[str, ...] = ()) -> tuple[Any, Any, Any]:
     """(serial step, parallel step, reset) kernels of ``spec`` for autoreset ``mode``.
 
     ``params`` is compiled in as a constant (one compile per distinct params record): flags
-    like CartPole's integrator fold away instead of branching per env (10% faster).
+    like CartPole's integrator fold away instead of branching per env (10% faster). The
+    fields named in ``per_env`` are read from per-env columns instead (``split_params``:
+    the kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     A step kernel returns how many episodes ended, or ``-1 - i`` when env i's step is refused
     (checked for every env before any env moves, so a refused step changes nothing).
     """
-    refuse, begin, advance, finish, drive_reset = make_driver(spec, mode)
+    refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, type(params))
 
     @njit(**_RANGE_JIT)
     def first_refused(start, stop, state, actions, bounds, pending):
@@ -172,10 +175,13 @@ class NumbaEngine:
         self.params, self.max_episode_steps = params, max_episode_steps
         # what the kernels see (compiled in): the family may keep part of params to itself
         self.kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+        constant, per_env, columns = split_params(spec, self.kernel_params, num_envs)
         self.num_threads = num_threads
         self.bounds = action_format(spec.action_space).bounds
         State = spec.state_type
         self.state = State(**spec.allocate_state(num_envs))
+        # what the kernels get as ``state``: with per-env params, the state and their columns
+        self._kernel_state = (*self.state, *columns) if per_env else self.state
         obs_space = spec.observation_space
         self.obs = np.zeros((num_envs, *obs_space.shape), dtype=obs_space.dtype)
         self.final_obs = np.zeros_like(self.obs)
@@ -191,7 +197,9 @@ class NumbaEngine:
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
         self._parallel = num_threads > 1 and num_envs >= min_envs
-        self._kernels = compile_kernels(spec, mode, self.kernel_params)
+        # scalar params: the cache entry of compile_kernels(spec, mode, params), as before
+        self._kernels = (compile_kernels(spec, mode, constant, per_env) if per_env
+                         else compile_kernels(spec, mode, constant))
         step_serial, step_parallel, self._reset = self._kernels
         self._step = step_parallel if self._parallel else step_serial
         self._chunks = num_threads * CHUNKS_PER_THREAD
@@ -199,7 +207,8 @@ class NumbaEngine:
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
-        probe = NumbaEngine(self.spec, 1, self.mode, self.params, self.max_episode_steps, 1)
+        probe = NumbaEngine(self.spec, 1, self.mode, first_env_params(self.spec, self.params),
+                            self.max_episode_steps, 1)
         probe._step, probe._reset = self._step, self._reset
         probe.reset(None, np.zeros(1, np.uint64))
         probe.step(valid_actions(self.spec.action_space, 1))
@@ -229,12 +238,13 @@ class NumbaEngine:
         mask = self._all if mask is None else np.array(mask, dtype=np.bool_)  # C, writable
         self._call(self._reset, self.num_envs, mask,
                     self._no_seeds if new_seeds is None else np.array(new_seeds, np.uint64),
-                    new_seeds is not None, self.state, self.rng, self.pending, self._obs_rows)
+                    new_seeds is not None, self._kernel_state, self.rng, self.pending,
+                    self._obs_rows)
 
     def step(self, actions: Any) -> int:
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
-        result = self._call(self._step, self._chunks, self.num_envs, self.state, a,
+        result = self._call(self._step, self._chunks, self.num_envs, self._kernel_state, a,
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
                             self._obs_rows, self.rewards, self.terminated, self.truncated,
                             self._final_obs_rows)

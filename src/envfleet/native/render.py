@@ -16,26 +16,33 @@ import numpy as np
 
 class ReferenceRenderer:
     """Draws env rows with the reference env ``make_env(params)``, its ``state`` set from the
-    row's ``columns`` (float64, in that order); ``fps`` is the reference's render_fps."""
+    row's ``columns`` (float64, in that order); ``fps`` is the reference's render_fps;
+    ``attributes``: per-env params the row may carry (set on the env before drawing)."""
 
-    def __init__(self, make_env: Callable[[Any], Any], columns: tuple[str, ...],
-                 fps: int) -> None:
+    def __init__(self, make_env: Callable[[Any], Any], columns: tuple[str, ...], fps: int,
+                 attributes: tuple[str, ...] = ()) -> None:
         self.make_env = make_env
         self.columns = columns
         self.fps = fps
+        self.attributes = attributes
 
     def __call__(self, params: Any) -> Drawing:
-        return Drawing(self.make_env(params), self.columns)
+        return Drawing(self.make_env(params), self.columns, self.attributes)
 
 
 class Drawing:
     """One reference env that draws any state row (see ``ReferenceRenderer``)."""
 
-    def __init__(self, env: Any, columns: tuple[str, ...]) -> None:
+    def __init__(self, env: Any, columns: tuple[str, ...],
+                 attributes: tuple[str, ...] = ()) -> None:
         self.env = env
         self.columns = columns
+        self.attributes = attributes
 
     def draw(self, row: dict[str, Any]) -> np.ndarray:
+        for name in self.attributes:  # a per-env param, when the env has its own
+            if name in row:
+                setattr(self.env, name, float(row[name]))
         self.env.state = np.array([row[c] for c in self.columns], dtype=np.float64)
         return self.env.render()
 

@@ -84,6 +84,12 @@ class NativeEnvSpec:
     #: ``renderer(params)`` -> an object with ``fps``, ``draw(row) -> RGB array`` (``row``:
     #: state column name -> that env's value) and ``close()``; None: the family cannot render
     renderer: Callable[[tuple], Any] | None = None
+    #: the params record fields that may hold one value per env (domain randomisation):
+    #: ``make`` takes a keyword of that name as one number or an array of ``num_envs`` numbers
+    #: (fields the family derives from such keywords, e.g. CartPole's ``total_mass``, are
+    #: listed too). A field given one value is compiled in as today; only a record holding an
+    #: array compiles the variant that reads that field from a per-env column (``split_params``)
+    per_env_params: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if self.backends is None:
@@ -123,6 +129,75 @@ def finite_param(name: str, value: Any) -> float:
     if not math.isfinite(value):
         raise ValueError(f"{name} must be finite, got {value!r}")
     return float(value)
+
+
+def physics_param(name: str, value: Any, *, positive: bool = False) -> float | np.ndarray:
+    """A family's physics parameter as one float (``finite_param``) or, for a 1-D array (one
+    value per env), a read-only float64 copy; finite, and above 0 when ``positive``. The
+    errors name the parameter and, for an array, the first bad env."""
+    if np.ndim(value) == 0 and not isinstance(value, np.ndarray):
+        number = finite_param(name, value)
+        if positive and not number > 0:
+            raise ValueError(f"{name} must be > 0, got {value!r}")
+        return number
+    array = np.asarray(value)
+    if array.ndim != 1 or array.dtype.kind not in "iuf":
+        raise ValueError(f"{name} must be one real number or a 1-D array of real numbers (one "
+                         f"per env), got an array of shape {array.shape} and dtype {array.dtype}")
+    array = array.astype(np.float64)  # a copy: the user's array may change later
+    bad = ~np.isfinite(array) | ((array <= 0) if positive else False)
+    if bad.any():
+        i = int(np.flatnonzero(bad)[0])
+        need = "finite and > 0" if positive else "finite"
+        raise ValueError(f"{name}[{i}] (env {i}) must be {need}, got {float(array[i])!r}")
+    array.flags.writeable = False
+    return array
+
+
+def check_per_env_kwargs(spec: NativeEnvSpec, kwargs: dict[str, Any], num_envs: int) -> None:
+    """Refuse, before ``make_params`` runs, a keyword given as an array that cannot vary per
+    env or whose shape is not ``(num_envs,)``."""
+    for name, value in kwargs.items():
+        if isinstance(value, str | bytes) or np.ndim(value) == 0:
+            continue
+        shape = np.shape(value)
+        if name not in spec.per_env_params:
+            if spec.per_env_params and isinstance(value, np.ndarray | list | tuple):
+                raise ValueError(f"{spec.id}: {name} takes one value; the parameters that may "
+                                 f"vary per env are {', '.join(spec.per_env_params)}")
+            continue
+        if shape != (num_envs,):
+            raise ValueError(f"{spec.id}: {name} must be one number or an array of num_envs="
+                             f"{num_envs} numbers (one per env), got shape {shape}")
+
+
+def split_params(spec: NativeEnvSpec, params: tuple,
+                 num_envs: int) -> tuple[tuple, tuple[str, ...], tuple[np.ndarray, ...]]:
+    """``(constant, names, columns)``: the kernel params record with each per-env array field
+    (listed in ``spec.per_env_params``) replaced by 0.0, so that it can be compiled in, the
+    names of those fields and their float64 arrays, one value per env. No array: ``(params,
+    (), ())``, compiled exactly as a family without per-env params."""
+    names = tuple(name for name in spec.per_env_params
+                  if isinstance(getattr(params, name), np.ndarray))
+    if not names:
+        return params, (), ()
+    columns = []
+    for name in names:
+        column = np.array(getattr(params, name), dtype=np.float64)  # a copy, C-contiguous
+        if column.shape != (num_envs,):
+            raise ValueError(f"{spec.id}: params.{name} must hold one value or num_envs="
+                             f"{num_envs} values, got shape {column.shape}")
+        column.flags.writeable = False  # one compiled signature (read-only arrays)
+        columns.append(column)
+    return params._replace(**dict.fromkeys(names, 0.0)), names, tuple(columns)
+
+
+def first_env_params(spec: NativeEnvSpec, params: tuple) -> tuple:
+    """``params`` with each per-env array cut to its first value's array (a 1-env copy that
+    compiles to the same kernels, e.g. to compile ahead)."""
+    arrays = {name: getattr(params, name)[:1] for name in spec.per_env_params
+              if isinstance(getattr(params, name, None), np.ndarray)}
+    return params._replace(**arrays) if arrays else params
 
 
 # --- the rules a spec must follow (checked when a user registers a family) -----------------
@@ -295,6 +370,11 @@ def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) ->
     if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
         raise fail("make_params", f"must return a NamedTuple (kernels read params.<name>), "
                                   f"returned {type(kernel_params).__name__}")
+    per_env = spec.per_env_params
+    if not isinstance(per_env, tuple) or any(
+            name not in kernel_params._fields for name in per_env):
+        raise fail("per_env_params", f"must be a tuple of the kernel params record's fields "
+                                     f"({', '.join(kernel_params._fields)}), got {per_env!r}")
     for name, value in zip(kernel_params._fields, kernel_params, strict=True):
         number = isinstance(value, bool | int | float | np.number | np.bool_)
         array = isinstance(value, np.ndarray) and value.dtype.kind in _NUMERIC_KINDS

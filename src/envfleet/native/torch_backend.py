@@ -32,7 +32,7 @@ from envfleet.native.driver import (
     action_format,
     refused_step_error,
 )
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, split_params
 
 _ALIGN = 64  # byte alignment of each buffer inside the arena
 
@@ -80,7 +80,7 @@ def params_to_device(params: tuple, device: torch.device) -> tuple:
     """
     if not hasattr(params, "_replace"):
         return params
-    arrays = {name: torch.as_tensor(value, device=device)
+    arrays = {name: torch.as_tensor(np.array(value), device=device)  # a writable copy
               for name, value in zip(params._fields, params, strict=True)
               if isinstance(value, np.ndarray)}
     return params._replace(**arrays) if arrays else params
@@ -103,6 +103,7 @@ class TorchEngine:
         self.device = resolve_device(device)
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.max_episode_steps = max_episode_steps
+        split_params(spec, params, num_envs)  # checks each per-env array's shape
         self.params = params_to_device(params, self.device)
         self._format = fmt = action_format(spec.action_space)
         self._action_dtype = torch_dtype(fmt.dtype)

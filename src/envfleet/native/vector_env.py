@@ -163,7 +163,8 @@ class NativeVectorEnv(VectorEnv):
 
     def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
         """Every env's frame (RGB array), as Gymnasium's ``SyncVectorEnv.render``; drawn by
-        the reference env's own renderer from each env's state. ``env_indices``: only those
+        the reference env's own renderer from each env's state (and per-env params, in the
+        row under their names). ``env_indices``: only those
         envs' frames (a 600 x 400 frame is 720 KB: with thousands of envs, pick a few)."""
         self._check_open()
         if self._renderer is None:
@@ -174,6 +175,9 @@ class NativeVectorEnv(VectorEnv):
             raise RuntimeError("call reset() before render()")
         indices = range(self.num_envs) if env_indices is None else env_indices
         columns = {name: getattr(self.engine.state, name) for name in self.native_spec.state}
+        params = self.engine.params  # per-env params (arrays) join each env's row
+        columns.update({name: getattr(params, name) for name in self.native_spec.per_env_params
+                        if getattr(getattr(params, name, None), "ndim", 0) == 1})
         frames = []
         for i in indices:
             if not 0 <= i < self.num_envs:
