@@ -225,7 +225,8 @@ def _reference_env(params: CartPoleParams) -> Any:
     from gymnasium.envs.classic_control.cartpole import CartPoleEnv
 
     env = CartPoleEnv(render_mode="rgb_array")
-    env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
+    if np.ndim(params.length) == 0:  # (per-env lengths come with each row)
+        env.length = float(params.length)  # the pole as drawn (x_threshold: 2.4)
     return env
 
 
