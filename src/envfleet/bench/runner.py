@@ -194,7 +194,9 @@ def _default_threads() -> int:
 
 def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True,
                     native_missing: str | None = None) -> tuple[list[str], list[str]]:
-    """(backends to measure, notes on those left out). Explicit requests must be runnable.
+    """(backends to measure, notes on those left out). Explicit requests must be runnable,
+    but one whose package is not installed (ray, envpool, ...) is left out with its reason
+    when others were asked for too.
 
     ``native``: the env id is a native one (native backends can run it; the default is its
     native backends and ``native_default(reference_id)``); else the default is the executors
@@ -221,11 +223,18 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
         if unknown:
             raise CommandError(f"unknown backend(s) {', '.join(map(repr, unknown))}; "
                                f"valid: {', '.join(ALL_BACKENDS)}")
-        for b in requested:
+        chosen, notes = [], []
+        for b in dict.fromkeys(requested):
             reason = status(b)
-            if reason:
+            if reason and "pip install" in reason and len(requested) > 1:
+                notes.append(f"{b}: {reason}")  # a package not installed: the others run
+            elif reason:
                 raise CommandError(f"backend {b!r} cannot run here: {reason}")
-        return list(dict.fromkeys(requested)), []
+            else:
+                chosen.append(b)
+        if not chosen:
+            raise CommandError(f"no requested backend can run here: {'; '.join(notes)}")
+        return chosen, notes
 
     chosen, notes = [], []
     available = envfleet.available_backends()
