@@ -170,11 +170,12 @@ def test_defaults_native_id_unchanged_other_ids_get_executors():
     native, _ = choose_backends(None, "CartPole-v1", native=True)
     assert not {"serial", "subprocess", "pool", "gym-async", "sb3-subproc"} & set(native)
     assert {"numba", "gym-numpy", "gym-sync", "sb3-dummy"} <= set(native)
-    other, notes = choose_backends(None, "Acrobot-v1", native=False)
+    other, notes = choose_backends(None, "FrozenLake-v1", native=False)
     assert other[:3] == ["serial", "subprocess", "pool"]
     assert {"gym-sync", "gym-async", "sb3-dummy", "sb3-subproc"} <= set(other)
     assert not {"numba", "torch", "cuda"} & set(other)
     assert "gym-numpy" not in other and any(n.startswith("gym-numpy") for n in notes)
+    assert "ray" not in native + other and "envpool" not in other  # only when asked for
 
 
 def test_comparisons_and_process_cap():
@@ -204,10 +205,110 @@ def test_comparisons_and_process_cap():
 def test_bad_env_for_the_backends_is_a_clear_error(tmp_path, capsys):
     assert main(["bench", "--env", "NoSuchThing-v0", "--out", str(tmp_path)]) == 2
     assert "unknown env id 'NoSuchThing-v0'" in capsys.readouterr().err
-    assert main(["bench", "--env", "Taxi-v4", "--backends", "numba,pool",
+    assert main(["bench", "--env", "FrozenLake-v1", "--backends", "numba,pool",
                  "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "'numba' cannot run here" in err and "pool" in err
+
+
+# --- the classic-control rows: continuous actions, EnvPool, ray ------------------------------
+
+
+def test_continuous_action_env_row(tmp_path):
+    cmd = [sys.executable, "-m", "envfleet", "bench", "--env", "Pendulum-v1", "--backends",
+           "numba,gym-sync", "--num-envs", "4", "--threads", "1", "--seconds", "0.05",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stem = tmp_path / "bench-Pendulum-v1-native"
+    points = [json.loads(x) for x in stem.with_suffix(".jsonl").read_text().splitlines()[1:]]
+    assert [(p["series"], p["status"]) for p in points] == [("numba", "ok"), ("gym-sync", "ok")]
+    assert "| 4 |" in stem.with_suffix(".md").read_text()
+    assert "numba × gym-sync" in stem.with_suffix(".md").read_text()
+
+
+def test_every_contender_gets_the_same_continuous_actions(monkeypatch):
+    """Box actions: the same seed, the same batched space, the same action batch."""
+    import gymnasium
+    import numpy as np
+
+    import envfleet
+    from envfleet.bench import baselines
+
+    seen = []
+    for space in (envfleet.make("MountainCarContinuous-v0", 6, backend="numba").action_space,
+                  baselines.BASELINES["gym-sync"].build("MountainCarContinuous-v0", 6, 0)
+                  .action_space,
+                  gymnasium.vector.utils.batch_space(gymnasium.spaces.Box(-1, 1, (1,)), 6)):
+        space.seed(0)
+        seen.append(space.sample())
+    assert all(a.shape == (6, 1) and a.dtype == np.float32 for a in seen)
+    assert all(np.array_equal(seen[0], a) for a in seen[1:])
+
+
+def test_missing_envpool_is_reported_not_installed(monkeypatch, tmp_path, capsys):
+    import importlib.util
+
+    from envfleet.bench import baselines
+    from envfleet.bench.runner import choose_backends
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(baselines.importlib.util, "find_spec",
+                        lambda name, *a: None if name == "envpool" else real(name, *a))
+    chosen, notes = choose_backends(None, "Acrobot-v1", native=True)
+    assert "envpool" not in chosen and {"numba", "gym-sync"} <= set(chosen)
+    assert "envpool: not installed: needs envpool (pip install 'envfleet[envpool]')" in notes
+    assert "gym-numpy: Gymnasium has no NumPy vector env for Acrobot-v1" in notes
+    # asked for next to others: left out with the reason; alone: an error
+    chosen, notes = choose_backends(["numba", "envpool"], "Acrobot-v1", native=True)
+    assert chosen == ["numba"] and notes[0].startswith("envpool: not installed")
+    assert main(["bench", "--env", "Acrobot-v1", "--backends", "envpool",
+                 "--out", str(tmp_path)]) == 2
+    assert "'envpool' cannot run here: not installed" in capsys.readouterr().err
+
+
+def test_envpool_measured_at_its_best_thread_count():
+    pytest.importorskip("envpool")
+    from envfleet.bench.baselines import BASELINES
+    from envfleet.machine import usable_cores
+
+    assert BASELINES["envpool"].status("NoSuchEnv-v0") == "EnvPool has no NoSuchEnv-v0 env"
+    spec = PointSpec(env_id="Pendulum-v1", reference_id="Pendulum-v1", backend="envpool",
+                     num_envs=4, seconds=0.05)
+    row = run_point(spec, timeout=240)
+    assert row["status"] == "ok", row
+    assert row["steps"] == 4 * row["calls"]
+    tried = row["threads_tried"]
+    assert sorted(map(int, tried)) == list(range(1, usable_cores() + 1))
+    assert row["steps_per_s"] == max(tried.values()) == tried[str(row["threads"])]
+
+
+def test_ray_comparisons_and_missing_ray(monkeypatch):
+    from envfleet import registry
+    from envfleet.bench.runner import choose_backends, comparisons
+
+    columns = [("numba", "numba"), ("ray", "ray"), ("pool", "pool"), ("gym-sync", "gym-sync")]
+    assert comparisons(columns)[1] == [("numba", "gym-sync"), ("pool", "gym-sync"),
+                                       ("ray", "pool"), ("ray", "numba"), ("ray", "gym-sync")]
+    assert comparisons([("ray", "ray"), ("gym-sync", "gym-sync")]) == (
+        "ray", [("ray", "gym-sync")])
+    monkeypatch.setattr(registry, "_has", lambda module: module != "ray")
+    chosen, notes = choose_backends(["ray", "pool"], "FrozenLake-v1", native=False)
+    assert chosen == ["pool"] and notes == ["ray: needs ray: pip install 'envfleet[ray]'"]
+
+
+def test_ray_in_backends_measured_with_its_ratio(tmp_path):
+    pytest.importorskip("ray")
+    cmd = [sys.executable, "-m", "envfleet", "bench", "--env", "FrozenLake-v1", "--backends",
+           "ray,pool", "--num-envs", "4", "--num-workers", "1", "--seconds", "0.05",
+           "--out", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=240)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    stem = tmp_path / "bench-FrozenLake-v1-executors"
+    points = [json.loads(x) for x in stem.with_suffix(".jsonl").read_text().splitlines()[1:]]
+    ray_row = next(p for p in points if p["series"] == "ray")
+    assert ray_row["status"] == "ok" and ray_row["num_workers"] >= 1, ray_row
+    assert "ray × pool" in stem.with_suffix(".md").read_text()
 
 
 # --- Chess-v0: the peers, perft, and the chess run ---------------------------------------------

@@ -10,11 +10,18 @@ or any Gymnasium id):
 - ``gym-async``: ``gymnasium.make_vec(id, N, vectorization_mode="async")`` (an
   ``AsyncVectorEnv``: one worker process per env, shared-memory observations);
 - ``sb3-dummy``: Stable-Baselines3's ``DummyVecEnv`` over N ``gymnasium.make(id)`` envs;
-- ``sb3-subproc``: Stable-Baselines3's ``SubprocVecEnv`` (one worker process per env, pipes).
+- ``sb3-subproc``: Stable-Baselines3's ``SubprocVecEnv`` (one worker process per env, pipes);
+- ``envpool``: EnvPool's own C++ env of the same id (``envpool.make_gymnasium(id, num_envs=N,
+  batch_size=N, num_threads=T)``, sync mode), measured at every thread count T from 1 to the
+  usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``).
 
-The default sweep of a native id measures gym-numpy, gym-sync and sb3-dummy (``NATIVE_DEFAULT``);
-the process-per-env baselines are for comparing envfleet's executors, and are measured by
-default for other Gymnasium ids.
+Every contender is stepped with the same fixed batch of random actions, drawn from the batched
+action space (the same seed gives the same actions, discrete or continuous).
+
+The default sweep of a native id measures gym-numpy (where Gymnasium has a NumPy vector env:
+CartPole-v1 only, in Gymnasium 1.4), gym-sync, sb3-dummy and envpool (``NATIVE_DEFAULT``); the
+process-per-env baselines are for comparing envfleet's executors, and are measured by default
+for other Gymnasium ids (envpool is not: ask for it).
 
 Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``bench/chess.py``)
 are baselines that play one env id (``plays``) and their own random legal moves
@@ -26,6 +33,7 @@ imported when an ``sb3-*`` env is built, inside the measuring worker.
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -61,6 +69,12 @@ class Baseline:
     plays: str | None = None
     #: the threads it steps on (None: its own choice, e.g. XLA's)
     threads: int | None = 1
+    #: build takes ``num_threads``: measured at 1 .. usable cores threads, the best kept
+    thread_sweep: bool = False
+    #: the extra that installs ``requires`` (default: chess-bench for a chess peer, else bench)
+    extra: str | None = None
+    #: measured by default for a Gymnasium id that is not native (next to the executors)
+    executor_default: bool = True
 
     def status(self, reference_id: str) -> str | None:
         """None when this baseline can run ``reference_id`` here, else the reason it cannot."""
@@ -69,10 +83,12 @@ class Baseline:
         if self.plays is None and reference_id in GAME_PEER_IDS:
             return f"Gymnasium has no {reference_id} env"
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            extra = "chess-bench" if self.plays == CHESS_ID else "bench"
+            extra = self.extra or ("chess-bench" if self.plays == CHESS_ID else "bench")
             return f"not installed: needs {self.requires} (pip install 'envfleet[{extra}]')"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
             return f"Gymnasium has no NumPy vector env for {reference_id}"
+        if self.name == "envpool" and reference_id not in envpool_ids():
+            return f"EnvPool has no {reference_id} env"
         return None
 
 
@@ -131,6 +147,27 @@ def _sb3_baseline(env: Any, num_envs: int, seed: int) -> BaselineEnv:
     )
 
 
+@functools.cache
+def envpool_ids() -> frozenset[str]:
+    """The env ids the installed EnvPool ships (importing it takes ~2-4 s, once)."""
+    import envpool
+
+    return frozenset(envpool.list_all_envs())
+
+
+def _envpool(env_id: str, num_envs: int, seed: int, num_threads: int = 1) -> BaselineEnv:
+    """EnvPool's C++ env in sync mode: every env stepped each call, on ``num_threads``."""
+    import envpool
+
+    env = envpool.make_gymnasium(env_id, num_envs=num_envs, batch_size=num_envs,
+                                 num_threads=num_threads, seed=seed)
+    return BaselineEnv(
+        reset=lambda: env.reset()[0], step=env.step,
+        action_space=gymnasium.vector.utils.batch_space(env.action_space, num_envs),
+        close=env.close,
+    )
+
+
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
@@ -143,11 +180,14 @@ BASELINES: dict[str, Baseline] = {
                  _gym_vector("async"), process_per_env=True),
         Baseline("sb3-subproc", "Stable-Baselines3 SubprocVecEnv", True, _sb3_subproc,
                  requires="stable_baselines3", process_per_env=True),
+        Baseline("envpool", "EnvPool's C++ env (sync mode, its best thread count)", False,
+                 _envpool, requires="envpool", thread_sweep=True, extra="envpool",
+                 executor_default=False),
         *peer_baselines(),
     )
 }
-#: the baselines a native id's default sweep measures (what ``envfleet bench`` always showed)
-NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy")
+#: the baselines a native id's default sweep measures (each only where it can run that id)
+NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy", "envpool")
 #: env ids measured against their own peers instead of Gymnasium's envs
 GAME_PEER_IDS = {CHESS_ID: CHESS_PEERS}
 

@@ -10,6 +10,11 @@ Per point: build the envs (``construct_s``), then time the first reset + first s
 untimed warm-up, then step with one fixed batch of random valid actions for ``seconds``
 (at least ``min_calls`` calls). ``steps_per_s = num_envs * calls / elapsed``.
 
+EnvPool (a ``thread_sweep`` baseline) is measured at each thread count from 1 to the usable
+cores in the same worker, one after the other, and reported at its best (``threads``, with
+``threads_tried``: steps/s by thread count). ``ray`` starts its own local Ray instance in the
+worker (its start is part of ``construct_s``) and shuts it down after the point.
+
 Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actions()`` and
 ``info["action_mask"]``) are stepped with fresh random legal actions every call, and baselines
 without an action space (the chess peers) play their own; perft points (``bench/chess.py``)
@@ -32,8 +37,11 @@ from envfleet.bench.chess import PERFT_SERIES
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
 NATIVE_BACKENDS = ("numba", "torch", "cuda")
-#: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``)
-EXECUTOR_BACKENDS = ("serial", "subprocess", "pool")
+#: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``);
+#: ``ray`` runs a native id with the native kernel in each actor
+EXECUTOR_BACKENDS = ("serial", "subprocess", "pool", "ray")
+#: the object store of the local Ray instance a ray point starts (bytes)
+RAY_OBJECT_STORE = 256 * 2**20
 
 
 @dataclass(frozen=True)
@@ -178,6 +186,10 @@ def _import_for(backend: str) -> None:
         import torch  # noqa: F401
     if backend.startswith("sb3-"):
         import stable_baselines3  # noqa: F401
+    if backend == "envpool":
+        import envpool  # noqa: F401
+    if backend == "ray":
+        import ray  # noqa: F401
     if backend == "pgx":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on CPU, before jax is imported
         import jax  # noqa: F401
@@ -186,6 +198,45 @@ def _import_for(backend: str) -> None:
         import pyspiel  # noqa: F401
     if backend == "python-chess":
         import chess  # noqa: F401
+
+
+def start_local_ray() -> Callable[[], None]:
+    """Start a local Ray instance of its own for this worker; returns its shutdown.
+
+    Its own temp folder and a small object store; the actors import envfleet as this process
+    does (``PYTHONPATH`` made absolute: the actors do not start in this folder).
+    """
+    import tempfile
+
+    import ray
+
+    from envfleet.machine import usable_cores
+
+    tmp = tempfile.TemporaryDirectory(prefix="envfleet-bench-ray-")
+    os.environ["RAY_TMPDIR"] = tmp.name
+    paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
+    if paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    ray.init(address="local", num_cpus=usable_cores(), object_store_memory=RAY_OBJECT_STORE,
+             include_dashboard=False, log_to_driver=False)
+
+    def shutdown() -> None:
+        ray.shutdown()
+        tmp.cleanup()
+
+    return shutdown
+
+
+def measure_best_threads(spec: PointSpec) -> dict[str, Any]:
+    """A ``thread_sweep`` baseline at 1 .. usable cores threads: the best, with every count's
+    steps/s in ``threads_tried``."""
+    from dataclasses import replace
+
+    from envfleet.machine import usable_cores
+
+    tried = [measure(replace(spec, threads=t)) for t in range(1, usable_cores() + 1)]
+    best = max(tried, key=lambda r: r["steps_per_s"])
+    return {**best, "threads_tried": {str(r["threads"]): r["steps_per_s"] for r in tried}}
 
 
 def measure(spec: PointSpec) -> dict[str, Any]:
@@ -198,14 +249,19 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     _import_for(spec.backend)
     result["import_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
+    stop_ray = None
     if native or executor:
         import envfleet
 
         options = dict(spec.options)
         if spec.backend == "numba":
             options["num_threads"] = spec.threads
-        env = envfleet.make(spec.reference_id if executor else spec.env_id, spec.num_envs,
-                            backend=spec.backend, seed=spec.seed, **options)
+        if spec.backend == "ray":
+            stop_ray = start_local_ray()
+        # ray: a native id runs the native kernel in each actor, a Gymnasium id its envs
+        env_id = spec.reference_id if executor and spec.backend != "ray" else spec.env_id
+        env = envfleet.make(env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
+                            **options)
         reset, step_env, batched_actions, close = (
             lambda: env.reset(seed=spec.seed)[0], env.step, env.action_space, env.close)
         # masked envs: the valid actions depend on the state, drawn anew every step
@@ -219,12 +275,14 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         from envfleet.bench.baselines import BASELINES
 
         baseline = BASELINES[spec.backend]
-        built = baseline.build(spec.reference_id, spec.num_envs, spec.seed)
+        threads = {"num_threads": spec.threads or 1} if baseline.thread_sweep else {}
+        built = baseline.build(spec.reference_id, spec.num_envs, spec.seed, **threads)
         reset, step_env, batched_actions, close = (
             built.reset, built.step, built.action_space, built.close)
         if batched_actions is None:  # it plays its own actions
             step_env = lambda _, play=built.step: play()  # noqa: E731
-        result["threads"] = baseline.threads  # 1: a Python loop / single-threaded NumPy
+        # 1: a Python loop / single-threaded NumPy
+        result["threads"] = threads.get("num_threads", baseline.threads)
     construct_s = time.perf_counter() - t0
 
     # one fixed batch of random valid actions, drawn before the clock starts
@@ -272,6 +330,8 @@ def measure(spec: PointSpec) -> dict[str, Any]:
             result["timed_background_load"] = background_load(
                 (before[0][0], before[1]), (machine[0], ours), elapsed)
     close()
+    if stop_ray is not None:
+        stop_ray()
     result.update(
         status="ok",
         steps_per_s=spec.num_envs * calls / elapsed,
@@ -289,6 +349,12 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     return result
 
 
+def _thread_sweep(backend: str) -> bool:
+    from envfleet.bench.baselines import BASELINES
+
+    return backend in BASELINES and BASELINES[backend].thread_sweep
+
+
 def main(argv: list[str] | None = None) -> int:
     """Worker entry point: measure the point given as JSON, print the tagged result line."""
     args = sys.argv[1:] if argv is None else argv
@@ -298,6 +364,8 @@ def main(argv: list[str] | None = None) -> int:
             from envfleet.bench.chess import measure_perft
 
             result = measure_perft(spec)
+        elif spec.threads is None and _thread_sweep(spec.backend):
+            result = measure_best_threads(spec)
         else:
             result = measure(spec)
     except Exception as error:  # reported as a failure row by the parent

@@ -5,9 +5,11 @@ point; points run one at a time (they would compete for the cores otherwise), sm
 first, all series at one num_envs before the next, so a run cut short still has complete rows.
 
 A native id (``CartPole-v1``) is measured by default on its native backends next to gym-numpy,
-gym-sync and sb3-dummy; any other Gymnasium id on envfleet's executors (serial, subprocess,
-pool) next to every baseline that can run it. Executors can be asked for on a native id too
-(they run the Gymnasium env of the same id).
+gym-sync, sb3-dummy and EnvPool (each where it can run the id); any other Gymnasium id on
+envfleet's executors (serial, subprocess, pool) next to every baseline that can run it.
+Executors can be asked for on a native id too (they run the Gymnasium env of the same id; ray
+runs the native kernel in each actor). ``ray`` is measured only when asked for (each point
+starts a local Ray instance of its own).
 
 ``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx) at
 smaller num_envs, then perft nodes/s (``bench/chess.py``); its peers still run when this
@@ -66,11 +68,14 @@ from envfleet.bench.report import (
     rich_tables,
 )
 from envfleet.cli import CommandError
+from envfleet.registry import _native_name  # make()'s lookup
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
 #: the default sweep for a non-native id (executors: one Python env per env, processes)
 DEFAULT_EXECUTOR_NUM_ENVS = (1, 8, 64, 256)
 ALL_BACKENDS = (*NATIVE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
+#: the executors a non-native id's default sweep measures (ray only when asked for)
+DEFAULT_EXECUTORS = ("serial", "subprocess", "pool")
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
@@ -81,9 +86,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends", type=_names,
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
              f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
-             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; other ids: the "
-             "executors and every baseline; each only if it can run here, cuda not under "
-             "the CUDA simulator)")
+             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; other ids: "
+             f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool; each only if it "
+             "can run here, cuda not under the CUDA simulator; ray only when asked for)")
     parser.add_argument(
         "--num-envs", type=_ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
@@ -189,7 +194,9 @@ def _default_threads() -> int:
 
 def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True,
                     native_missing: str | None = None) -> tuple[list[str], list[str]]:
-    """(backends to measure, notes on those left out). Explicit requests must be runnable.
+    """(backends to measure, notes on those left out). Explicit requests must be runnable,
+    but one whose package is not installed (ray, envpool, ...) is left out with its reason
+    when others were asked for too.
 
     ``native``: the env id is a native one (native backends can run it; the default is its
     native backends and ``native_default(reference_id)``); else the default is the executors
@@ -216,16 +223,24 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
         if unknown:
             raise CommandError(f"unknown backend(s) {', '.join(map(repr, unknown))}; "
                                f"valid: {', '.join(ALL_BACKENDS)}")
-        for b in requested:
+        chosen, notes = [], []
+        for b in dict.fromkeys(requested):
             reason = status(b)
-            if reason:
+            if reason and "pip install" in reason and len(requested) > 1:
+                notes.append(f"{b}: {reason}")  # a package not installed: the others run
+            elif reason:
                 raise CommandError(f"backend {b!r} cannot run here: {reason}")
-        return list(dict.fromkeys(requested)), []
+            else:
+                chosen.append(b)
+        if not chosen:
+            raise CommandError(f"no requested backend can run here: {'; '.join(notes)}")
+        return chosen, notes
 
     chosen, notes = [], []
     available = envfleet.available_backends()
     if not native:
-        default = (*EXECUTOR_BACKENDS, *(b for b in BASELINES if BASELINES[b].plays is None))
+        default = (*DEFAULT_EXECUTORS, *(b for b in BASELINES if BASELINES[b].plays is None
+                                          and BASELINES[b].executor_default))
     elif chess.is_chess(reference_id):
         default = (*chess.NATIVE, *native_default(reference_id))
     else:
@@ -270,6 +285,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
     series += [(b, b, None, None) for b in baselines]
 
     max_python = getattr(args, "baseline_max_envs", None) or default_baseline_max_envs(env_id)
+    # ray on a native id steps the native kernel in its actors: no Python env per env
+    native_ray = _native_name(env_id) is not None
     max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
     points = []
     for n in num_envs:
@@ -292,7 +309,7 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 skip = (f"above --process-max-envs {max_processes:,} "
                         "(one worker process per env)")
             elif (backend in EXECUTOR_BACKENDS or (baseline and baseline.python_loop)) \
-                    and n > max_python:
+                    and n > max_python and not (backend == "ray" and native_ray):
                 skip = (f"above --baseline-max-envs {max_python:,} "
                         "(one Python env object per env: slow to build, ~6-10 KB each)")
             points.append(Planned(label, spec, skip))
@@ -328,18 +345,23 @@ def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[
     """(the primary series, the (ours, baseline) pairs of the ratio columns).
 
     The first native series (numba at the most threads) is compared with every baseline; the
-    first pool series (the most workers) with ``EXECUTOR_RIVALS``. The primary series (its
-    per-call cost is shown) is the first native series, else the first pool series, else the
-    first executor series.
+    first pool series (the most workers) with ``EXECUTOR_RIVALS``; ray with the pool, the
+    native series (ray runs a native id's kernel) and ``EXECUTOR_RIVALS``. The primary series
+    (its per-call cost is shown) is the first native series, else the first pool series, else
+    the first executor series.
     """
     native = next((label for label, b in columns if b in NATIVE_BACKENDS), None)
     pool = next((label for label, b in columns if b == "pool"), None)
+    ray = next((label for label, b in columns if b == "ray"), None)
     executor = next((label for label, b in columns if b in EXECUTOR_BACKENDS), None)
     baselines = [label for label, b in columns if b in BASELINES]
     pairs = [(native, b) for b in baselines] if native else []
     ours = pool or (executor if native is None else None)
     if ours:
         pairs += [(ours, b) for b in baselines if b in EXECUTOR_RIVALS]
+    if ray and ray != ours:
+        pairs += [(ray, b) for b in (pool, native) if b]
+        pairs += [(ray, b) for b in baselines if b in EXECUTOR_RIVALS]
     return native or ours, pairs
 
 
@@ -378,6 +400,9 @@ def _summary(row: dict[str, Any], unit: str = "steps") -> str:
     if row["status"] == "ok":
         load = row.get("background_load")
         noisy = f", [yellow]other processes: {load:.1f} cores[/]" if busy(row) else ""
+        if row.get("threads_tried"):  # a thread_sweep baseline: its best thread count
+            noisy = f", best of {len(row['threads_tried'])} thread counts: {row['threads']}" \
+                    + noisy
         return (f"{where}: {human(row['steps_per_s']):>6} {unit}/s  "
                 f"{micros(row['us_per_call']):>9}/call  "
                 f"(build {row['construct_s']:.2f} s, JIT/warm-up {row['warmup_s']:.2f} s{noisy})")
@@ -389,7 +414,7 @@ def _summary(row: dict[str, Any], unit: str = "steps") -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write the reports; 1 when a point failed, else 0."""
     from envfleet import UnknownEnvError
-    from envfleet.registry import _gym_spec, _native_name, _native_spec  # make()'s lookups
+    from envfleet.registry import _gym_spec, _native_spec  # make()'s lookups
 
     t_start = time.perf_counter()
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
