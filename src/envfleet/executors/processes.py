@@ -593,13 +593,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         batch = int(self._sync[2])
         deadline = time.monotonic() + self.step_timeout
         while True:
-            if self._lost:
-                for index in self._lost:
-                    replies[index] = LOST
-                # lost workers were counted out: the others may all have finished already,
-                # and the last of them saw nothing left to wake the parent for
-                if self._batch_complete():
-                    break
+            # lost workers were counted out: the others may all have finished already, and the
+            # last of them saw nothing left to wake the parent for
+            if self._lost and self._batch_complete():
+                break
             remaining = deadline - time.monotonic()
             events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
             if not events:
