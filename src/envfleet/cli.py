@@ -1,4 +1,4 @@
-"""The ``envfleet`` command line: one subcommand per job (``bench``, ``train``, ``eval``).
+"""The ``envfleet`` command line: one subcommand per job (``bench``, ``tune``, ``train``, ``eval``).
 
 Each subcommand names a function ``add_arguments(parser)`` (``module`` or ``module:function``),
 which sets ``func`` (taking the parsed arguments, returning the exit status) as the parser's
@@ -20,6 +20,8 @@ class CommandError(Exception):
 COMMANDS = {
     "bench": ("envfleet.bench.runner",
               "steps/s of every backend side by side with Gymnasium and SB3 baselines"),
+    "tune": ("envfleet.tune",
+             "find the backend, num_envs and workers / threads that run an env fastest here"),
     "train": ("envfleet.train.cli:add_train_arguments",
               "train PPO on an env; report time-to-target and env-only, ideal and "
               "end-to-end steps/s"),

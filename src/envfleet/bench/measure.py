@@ -239,6 +239,25 @@ def measure_best_threads(spec: PointSpec) -> dict[str, Any]:
     return {**best, "threads_tried": {str(r["threads"]): r["steps_per_s"] for r in tried}}
 
 
+def first_ready_stepper(env: Any) -> Callable[[Any], Any]:
+    """A step function for a first-ready env (``batch_size < num_envs``): each call receives
+    the first ``batch_size`` envs to finish and sends them their next actions (from the full
+    batch ``actions``); the first call sends every env its action."""
+    in_flight = False
+
+    def step(actions: Any) -> Any:
+        nonlocal in_flight
+        if not in_flight:
+            env.send(actions)
+            in_flight = True
+        out = env.recv()
+        ids = out[4]["env_id"]
+        env.send(actions[ids], env_ids=ids)
+        return out
+
+    return step
+
+
 def measure(spec: PointSpec) -> dict[str, Any]:
     """Measure one point in this process and return its result (JSON-able)."""
     result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
@@ -250,6 +269,7 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     result["import_s"] = time.perf_counter() - t0
     t0 = time.perf_counter()
     stop_ray = None
+    steps_per_call = spec.num_envs
     if native or executor:
         import envfleet
 
@@ -268,6 +288,10 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         legal = getattr(env.unwrapped, "random_legal_actions", None)
         if legal is not None:
             step_env, batched_actions = (lambda _: env.step(legal())), None
+        batch = getattr(env.unwrapped, "batch_size", spec.num_envs)
+        if executor and batch < spec.num_envs:  # first-ready: recv the first `batch` envs
+            step_env, steps_per_call = first_ready_stepper(env), batch
+            result["batch_size"] = batch
         if executor:  # worker processes (pool: as many as it actually started)
             result["num_workers"] = getattr(env.unwrapped, "num_workers",
                                             spec.num_envs if spec.backend == "subprocess" else 0)
@@ -334,10 +358,10 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         stop_ray()
     result.update(
         status="ok",
-        steps_per_s=spec.num_envs * calls / elapsed,
+        steps_per_s=steps_per_call * calls / elapsed,
         seconds=elapsed,
         calls=calls,
-        steps=spec.num_envs * calls,
+        steps=steps_per_call * calls,
         us_per_call=1e6 * elapsed / calls,
         us_per_call_median=1e6 * median,
         construct_s=construct_s,
