@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 
 import numpy as np
 import pytest
@@ -61,6 +62,10 @@ def test_presets_are_rl_zoos():
             pendulum["gamma"], pendulum["gae_lambda"], pendulum["ent_coef"],
             pendulum["learning_rate"]) == (4, 1024, 10, 0.9, 0.95, 0.0, 1e-3)
     assert pendulum["num_envs"] * pendulum["num_steps"] // pendulum["num_minibatches"] == 64
+    mcc = preset("MountainCarContinuous-v0")  # zoo's, but gSDE and its batch shape
+    assert (mcc["gamma"], mcc["gae_lambda"], mcc["learning_rate"], mcc["ent_coef"],
+            mcc["clip_coef"], mcc["update_epochs"], mcc["max_grad_norm"], mcc["vf_coef"]) == (
+        0.9999, 0.9, 7.77e-5, 0.00429, 0.1, 10, 5.0, 0.19)
 
 
 def test_best_total_bounds_what_episodes_can_still_reach():
@@ -86,3 +91,19 @@ def test_a_failing_acrobot_evaluation_stops_early():
                          max_step_reward=0.0)
     assert not early.complete and early.mean_return == -101.0  # stopped after 101 steps
     env.close()
+
+
+def test_an_evaluation_stopped_below_the_target_is_shown_so_and_the_final_one_plays_out(
+        tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(["train", "Acrobot-v1", *[a for a in TINY if a != "--quiet"],
+                 "--json", str(out)]) == 0
+    log = capsys.readouterr().out
+    # an untrained policy: the evaluation stopped once -100 was out of reach
+    assert re.search(r"eval +<-100 \|", log)
+    summary = json.loads(out.read_text())
+    assert not summary["evaluations"][0]["complete"]
+    # the final evaluation plays every episode out: a true mean, not a partial one
+    assert summary["final_eval"]["episodes"] == 2 == len(summary["final_eval"]["returns"])
+    assert summary["final_eval_return"] == np.mean(summary["final_eval"]["returns"])
+    assert f"final greedy eval {summary['final_eval_return']:.1f} over 2 episodes" in log

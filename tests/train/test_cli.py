@@ -107,11 +107,11 @@ def test_help_shows_each_presets_defaults(capsys):
                    "--gae-lambda", "--ent-coef", "--lr", "--clip-coef"):
         assert option in text
     assert ("steps per env per rollout (default: CartPole-v1 32, Acrobot-v1 256, Pendulum-v1 "
-            "1,024, Chess-v0 16, other ids 128)") in text
-    assert ("discount (default: CartPole-v1 0.98, Acrobot-v1 0.99, Pendulum-v1 0.9, Chess-v0 "
-            "0.99, other ids 0.99)") in text
-    assert ("(CartPole-v1 256, Acrobot-v1 64, Pendulum-v1 64, Chess-v0 2048, other ids 256 "
-            "samples)") in text
+            "1,024, MountainCarContinuous-v0 256, Chess-v0 16, other ids 128)") in text
+    assert ("discount (default: CartPole-v1 0.98, Acrobot-v1 0.99, Pendulum-v1 0.9, "
+            "MountainCarContinuous-v0 0.9999, Chess-v0 0.99, other ids 0.99)") in text
+    assert ("(CartPole-v1 256, Acrobot-v1 64, Pendulum-v1 64, MountainCarContinuous-v0 256, "
+            "Chess-v0 2048, other ids 256 samples)") in text
     assert "Box actions get a Gaussian policy" in text
 
 

@@ -668,6 +668,8 @@ class Progress:
     times: dict[str, float]
     stats: dict[str, float]
     done: bool  # the last report of the run
+    eval_complete: bool = True  # False: the evaluation stopped once the target was out of
+    # reach, and eval_return is the partial mean then
 
 
 @dataclass
@@ -742,10 +744,11 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     def elapsed() -> float:
         return time.perf_counter() - start
 
-    def run_eval(steps: int) -> EvalResult:
+    def run_eval(steps: int, play_out: bool = False) -> EvalResult:
+        """An evaluation; ``play_out``: every episode to its end (no stop below the target)."""
         t0 = time.perf_counter()
         result = evaluate_fn(eval_env, agent, args.seed + 10_000, device, torch_actions, bounds,
-                             args.target_return, args.max_episode_return,
+                             None if play_out else args.target_return, args.max_episode_return,
                              max_step_reward=args.max_step_reward)
         clock.add("evaluation", t0)
         evaluations.append({"steps": steps, "seconds": elapsed(),
@@ -799,7 +802,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         if on_progress is not None:
             on_progress(Progress(steps, now, point["episodic_return"], eval_return,
                                  steps / max(clock.seconds["env"], 1e-9), steps / train_s,
-                                 dict(clock.seconds), stats, done=stop or iteration == iterations))
+                                 dict(clock.seconds), stats, done=stop or iteration == iterations,
+                                 eval_complete=eval_return is None or last_eval.complete))
         if stop:
             break
         if args.ideal_every and iteration % args.ideal_every == 0:
@@ -810,7 +814,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
 
     # -- the final evaluation (the last one, when it ran on the final parameters and finished)
     if last_eval is None or not last_eval.complete or last_eval_step != steps:
-        last_eval = run_eval(steps)
+        last_eval = run_eval(steps, play_out=True)
     final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
                   "returns": last_eval.returns}
     ideal.iterate(timed=False)
