@@ -318,8 +318,12 @@ class Clock:
 
 
 def action_mask(info: dict[str, Any], device: torch.device) -> torch.Tensor | None:
+    """``info["action_mask"]`` as a bool tensor (Gymnasium's Taxi gives int8 0/1), or None."""
     mask = info.get("action_mask")
-    return None if mask is None else as_tensor(mask, device)
+    if mask is None:
+        return None
+    mask = as_tensor(mask, device)
+    return mask if mask.dtype == torch.bool else mask != 0
 
 
 @torch.inference_mode()
