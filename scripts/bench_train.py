@@ -1,30 +1,39 @@
 #!/usr/bin/env python
-"""Time to solve CartPole-v1: envfleet PPO vs Stable-Baselines3 PPO, in one run.
+"""Time to solve an env: envfleet PPO vs Stable-Baselines3 PPO (rl-zoo settings), in one run.
 
-    .venv/bin/python scripts/bench_train.py [--seeds 1,2,3,4,5] [--sweep 8,32,128,512]
-                                            [--out docs/bench]
+    .venv/bin/python scripts/bench_train.py [--env CartPole-v1] [--seeds 1,2,3,4,5]
+                                            [--sweep 8,32,128,512] [--out docs/bench]
+    .venv/bin/python scripts/bench_train.py --env Acrobot-v1      # 5 seeds, ~10 min here
 
-Contenders, each seed in a fresh process (no shared JIT, thread pools or warm caches):
+Envs (``BENCHES``): CartPole-v1 (target 475, evaluated every 1024 steps) and Acrobot-v1
+(target -100, evaluated every 4096 steps: one rollout of zoo's 16 x 256). Contenders, seeds
+outermost and contenders alternating within a seed (a burst of other work hits them alike),
+each run in a fresh process (no shared JIT, thread pools or warm caches):
 
-- ``envfleet``: ``envfleet train CartPole-v1`` with its defaults (numba backend, 8 envs).
-  Time = wall clock from the start of training until a greedy 100-episode evaluation (run on
-  a batched 100-env envfleet env every 1024 steps) has mean return >= 475, **evaluations
-  included**; JIT compile and env/agent construction are reported apart (``compile_s``).
-- ``sb3-zoo``: SB3 PPO with rl-zoo's tuned CartPole-v1 hyperparameters (8 envs on
-  DummyVecEnv, n_steps 32, batch 256, 20 epochs, gamma 0.98, gae_lambda 0.8, linear lr 1e-3
-  and clip 0.2 over zoo's 1e5 steps, ent_coef 0). Every 1024 steps the training clock pauses
-  and SB3's ``evaluate_policy`` plays 100 greedy episodes (10 DummyVecEnv envs of Gymnasium's
-  CartPole); time = training time **excluding** those evaluations (reported apart, ``eval_s``).
+- ``envfleet``: ``envfleet train ENV`` with its preset (numba backend). Time = wall clock from
+  the start of training until a greedy 100-episode evaluation (on a batched 100-env envfleet
+  env, every ``eval_every`` steps) has a mean return >= the target, **evaluations included**;
+  JIT compile and env/agent construction are reported apart (``compile_s``).
+- ``sb3-zoo``: SB3 PPO with rl-zoo's tuned hyperparameters on Gymnasium's env (DummyVecEnv;
+  CartPole: 8 envs, n_steps 32, batch 256, 20 epochs, gamma 0.98, gae_lambda 0.8, linear lr
+  1e-3 and clip 0.2 over zoo's 1e5 steps, ent_coef 0; Acrobot: VecNormalize (observations and
+  rewards, as zoo's ``normalize: true``), 16 envs, n_steps 256, batch 64, 4 epochs, gamma 0.99,
+  gae_lambda 0.94, lr 3e-4, ent_coef 0). Every ``eval_every`` steps, when a rollout starts
+  (after the gradient steps on the previous one, as envfleet evaluates), the training clock
+  pauses and ``sb3_evaluate`` applies envfleet's rule (``ppo.evaluate``) to the SB3 model: 100
+  greedy episodes at once on a 100-env DummyVecEnv of Gymnasium's env (observations normalised
+  with the training statistics), seeded alike each time, stopped once the target is out of
+  reach; time = training time **excluding** those evaluations (reported apart, ``eval_s``).
   Model construction is excluded too.
 - ``sb3-zoo-facade``: the same SB3 PPO on envfleet's SB3 facade
-  (``envfleet.sb3.to_sb3("CartPole-v1", 8, backend="numba")``), measured the same way (its JIT
-  compile happens before training: one reset and step, reported in ``compile_s``).
+  (``envfleet.sb3.to_sb3(ENV, n, backend="numba")``), measured the same way (its JIT compile
+  happens before training: one reset and step, reported in ``compile_s``).
 
-Then the num_envs sweep (envfleet, seed 1..k): the same recipe with more envs, keeping one
-256-sample minibatch per gradient step and about 20 gradient steps per rollout (fewer epochs as
-the rollout grows): steps/s (env-only, ideal, end-to-end) and time/steps to 475 as num_envs
-grows. Writes ``<out>/train-CartPole-v1.{json,md,png}`` and the envfleet learning curves
-``<out>/train-CartPole-v1-curve.png``.
+Then (CartPole) the num_envs sweep (envfleet, seed 1..k): the same recipe with more envs,
+keeping one 256-sample minibatch per gradient step and about 20 gradient steps per rollout
+(fewer epochs as the rollout grows): steps/s (env-only, ideal, end-to-end) and time/steps to
+475 as num_envs grows. Writes ``<out>/train-ENV.{json,md,png}`` and the envfleet learning
+curves ``<out>/train-ENV-curve.png``.
 """
 
 from __future__ import annotations
@@ -35,24 +44,68 @@ import statistics
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 RESULT_TAG = "BENCH_TRAIN_RESULT "
-TARGET = 475.0
-EVAL_EVERY = 1024
-ZOO_TIMESTEPS = 100_000  # rl-zoo's n_timesteps: the span of its linear schedules
+
+
+@dataclass(frozen=True)
+class Bench:
+    """One env's race: its target, evaluation interval and the defaults of the command."""
+
+    target: float
+    eval_every: int  # env steps between evaluations, for every contender
+    zoo_timesteps: int  # rl-zoo's n_timesteps: SB3's budget and the span of its schedules
+    contenders: str
+    sweep: str
+    time_limit: float  # seconds of training per run before giving up
+
+
+BENCHES = {
+    "CartPole-v1": Bench(475.0, 1024, 100_000, "envfleet,sb3-zoo,sb3-zoo-facade",
+                         "8,32,128,512", 120.0),
+    "Acrobot-v1": Bench(-100.0, 4096, 1_000_000, "envfleet,sb3-zoo", "", 90.0),
+}
+EVAL_EPISODES = 100
+
+
+def zoo_ppo(env_id: str, venv: Any, seed: int) -> tuple[Any, Any]:
+    """rl-zoo's PPO for ``env_id`` on ``venv`` (VecNormalize'd where zoo normalises): (model,
+    the training env the model steps)."""
+    from stable_baselines3 import PPO
+    from stable_baselines3.common.vec_env import VecNormalize
+
+    def linear(start: float):
+        return lambda progress_remaining: progress_remaining * start
+
+    common = dict(seed=seed, verbose=0, device="cpu")
+    if env_id == "CartPole-v1":
+        return PPO("MlpPolicy", venv, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
+                   gae_lambda=0.8, learning_rate=linear(1e-3), clip_range=linear(0.2),
+                   ent_coef=0.0, **common), venv
+    if env_id == "Acrobot-v1":  # zoo's normalize: true = VecNormalize's defaults, zoo's gamma
+        venv = VecNormalize(venv, gamma=0.99)
+        return PPO("MlpPolicy", venv, n_steps=256, gae_lambda=0.94, gamma=0.99, n_epochs=4,
+                   ent_coef=0.0, **common), venv
+    raise ValueError(f"no rl-zoo settings here for {env_id}")
+
+
+ZOO_NUM_ENVS = {"CartPole-v1": 8, "Acrobot-v1": 16}
 
 
 # --- one run (in its own process) -------------------------------------------------------
 
 
-def run_envfleet(seed: int, num_envs: int | None, time_limit: float) -> dict[str, Any]:
+def run_envfleet(env_id: str, seed: int, num_envs: int | None, time_limit: float
+                 ) -> dict[str, Any]:
     from envfleet.train import ppo
     from envfleet.train.cli import preset
 
-    settings = {**preset("CartPole-v1"), "env_id": "CartPole-v1", "backend": "numba",
-                "seed": seed, "time_limit": time_limit}
+    settings = {**preset(env_id), "env_id": env_id, "backend": "numba", "seed": seed,
+                "time_limit": time_limit}
+    assert settings["eval_every"] == BENCHES[env_id].eval_every  # the same rule as SB3's
     if num_envs is not None and num_envs != settings["num_envs"]:
         settings.update(sweep_settings(num_envs))
     args = ppo.Args(**settings)
@@ -76,67 +129,70 @@ def sweep_settings(num_envs: int) -> dict[str, Any]:
             "update_epochs": max(2, round(20 / minibatches))}
 
 
-def run_sb3(seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
+def run_sb3(env_id: str, seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
     import numpy as np
     import torch
-    from stable_baselines3 import PPO
     from stable_baselines3.common.callbacks import BaseCallback
     from stable_baselines3.common.env_util import make_vec_env
-    from stable_baselines3.common.evaluation import evaluate_policy
+    from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
+    from envfleet.train.cli import preset
+
+    bench = BENCHES[env_id]
+    num_envs = ZOO_NUM_ENVS[env_id]
     torch.set_num_threads(1)  # SB3 on 2 cores is no faster with 2 torch threads
     t0 = time.perf_counter()
     if facade:
         from envfleet.sb3 import to_sb3
 
-        env = to_sb3("CartPole-v1", 8, backend="numba", seed=seed)
+        env = to_sb3(env_id, num_envs, backend="numba", seed=seed)
         env.reset()  # JIT-compile the kernels now, outside the timed training
-        env.step(np.zeros(8, dtype=np.int64))
+        env.step(np.zeros(num_envs, dtype=np.int64))
     else:
-        env = make_vec_env("CartPole-v1", n_envs=8, seed=seed)
-    eval_env = make_vec_env("CartPole-v1", n_envs=10, seed=seed + 10_000)
-
-    def linear(start: float):
-        return lambda progress_remaining: progress_remaining * start
-
-    model = PPO("MlpPolicy", env, n_steps=32, batch_size=256, n_epochs=20, gamma=0.98,
-                gae_lambda=0.8, learning_rate=linear(1e-3), clip_range=linear(0.2),
-                ent_coef=0.0, seed=seed, verbose=0, device="cpu")
+        env = make_vec_env(env_id, n_envs=num_envs, seed=seed)
+    model, env = zoo_ppo(env_id, env, seed)
+    eval_env = make_vec_env(env_id, n_envs=EVAL_EPISODES)
+    if isinstance(env, VecNormalize):  # the training statistics, frozen; true returns
+        eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
+    bounds = {k: preset(env_id).get(k) for k in ("max_episode_return", "max_step_reward")}
     build_s = time.perf_counter() - t0
 
     class Evaluate(BaseCallback):
-        """Every EVAL_EVERY steps: pause the training clock, play 100 greedy episodes."""
+        """Every ``eval_every`` steps, as a rollout starts (the previous one trained on):
+        pause the training clock, play 100 greedy episodes; stop at the next step once solved
+        or past the time limit."""
 
         def __init__(self) -> None:
             super().__init__()
             self.eval_s, self.last, self.solved_steps, self.evals = 0.0, 0, None, []
-            self.start = 0.0
+            self.start, self.solved_s, self.stop = 0.0, None, False
 
         def _on_training_start(self) -> None:
             self.start = time.perf_counter()
 
-        def _on_step(self) -> bool:
-            if self.num_timesteps - self.last < EVAL_EVERY:
-                return True
+        def _on_rollout_start(self) -> None:
+            if self.num_timesteps - self.last < bench.eval_every:
+                return
             self.last = self.num_timesteps
             t = time.perf_counter()
-            mean, _ = evaluate_policy(self.model, eval_env, n_eval_episodes=100,
-                                      deterministic=True)
+            train_s = t - self.start - self.eval_s
+            sync_envs_normalization(env, eval_env)
+            mean = sb3_evaluate(self.model, eval_env, seed + 10_000, bench.target, **bounds)
             self.eval_s += time.perf_counter() - t
-            train_s = time.perf_counter() - self.start - self.eval_s
             self.evals.append({"steps": self.num_timesteps, "train_s": train_s,
                                "mean_return": float(mean)})
-            if mean >= TARGET:
-                self.solved_steps = self.num_timesteps
-                return False
-            return train_s + self.eval_s < time_limit
+            if mean >= bench.target:
+                self.solved_steps, self.solved_s, self.stop = self.num_timesteps, train_s, True
+            self.stop |= train_s + self.eval_s >= time_limit
+
+        def _on_step(self) -> bool:
+            return not self.stop
 
     callback = Evaluate()
     t0 = time.perf_counter()
-    model.learn(total_timesteps=ZOO_TIMESTEPS, callback=callback)
+    model.learn(total_timesteps=bench.zoo_timesteps, callback=callback)
     wall = time.perf_counter() - t0
-    solved = callback.solved_steps is not None
-    return {"solved_at_s": wall - callback.eval_s if solved else None,
+    return {"solved_at_s": callback.solved_s,
             "solved_at_steps": callback.solved_steps, "compile_s": build_s,
             "eval_s": callback.eval_s, "total_steps": model.num_timesteps,
             "sps_end_to_end": model.num_timesteps / (wall - callback.eval_s),
@@ -144,11 +200,35 @@ def run_sb3(seed: int, facade: bool, time_limit: float) -> dict[str, Any]:
             "final_eval_return": callback.evals[-1]["mean_return"] if callback.evals else None}
 
 
+def sb3_evaluate(model: Any, env: Any, seed: int, target: float,
+                 max_episode_return: float | None, max_step_reward: float | None) -> float:
+    """envfleet's evaluation rule (``ppo.evaluate``) for an SB3 model: the first episode of each
+    of the ``env.num_envs`` envs, greedy, played at once, seeded alike every time; stopped as
+    soon as even perfect remaining episodes could not lift the mean to ``target``."""
+    import numpy as np
+
+    from envfleet.train.ppo import best_total
+
+    env.seed(seed)
+    obs = env.reset()
+    totals, done = np.zeros(env.num_envs), np.zeros(env.num_envs, dtype=bool)
+    while not done.all():
+        actions, _ = model.predict(obs, deterministic=True)
+        obs, rewards, dones, _ = env.step(actions)
+        totals += np.where(done, 0.0, rewards)
+        done |= dones
+        if best_total(totals, done, max_episode_return, max_step_reward) < target * env.num_envs:
+            return float(totals.mean())
+    return float(totals.mean())
+
+
 def worker(spec: dict[str, Any]) -> None:
     if spec["kind"] == "envfleet":
-        result = run_envfleet(spec["seed"], spec.get("num_envs"), spec["time_limit"])
+        result = run_envfleet(spec["env"], spec["seed"], spec.get("num_envs"),
+                              spec["time_limit"])
     else:
-        result = run_sb3(spec["seed"], spec["kind"] == "sb3-zoo-facade", spec["time_limit"])
+        result = run_sb3(spec["env"], spec["seed"], spec["kind"] == "sb3-zoo-facade",
+                         spec["time_limit"])
     print(RESULT_TAG + json.dumps({**spec, **result}), flush=True)
 
 
@@ -182,6 +262,12 @@ def _median(values: list[float | None]) -> float | None:
     return None if m == float("inf") else m
 
 
+def per_1k_steps(runs: list[dict[str, Any]]) -> list[float]:
+    """Seconds per 1000 env steps of the solved runs (the cost of a step, seed luck aside)."""
+    return [1000 * r["solved_at_s"] / r["solved_at_steps"] for r in runs
+            if r.get("solved_at_s") is not None and r.get("solved_at_steps")]
+
+
 def _f(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
@@ -189,25 +275,30 @@ def _f(x: float | None, digits: int = 2) -> str:
 def markdown(results: dict[str, Any]) -> str:
     contenders = results["contenders"]
     seeds = results["seeds"]
-    lines = [f"# Time to solve CartPole-v1 (greedy 100-episode mean >= {TARGET:g})", "",
+    lines = [f"# Time to solve {results['env']} (greedy 100-episode mean >= "
+             f"{results['target']:g}, evaluated every {results['eval_every']:,} steps)", "",
              f"Machine: {results['machine']['cpu']}, {results['machine']['usable_cores']} "
              f"cores, {results['machine']['date']}. Command: `{results['command']}`.", "",
              "Seconds of training to the first passing evaluation (envfleet: evaluations "
              "included; SB3: evaluations excluded, their cost in the eval column) and env steps "
              "then. `load`: cores other processes kept busy during the run (2 cores here).", "",
              "| contender | " + " | ".join(f"seed {s}" for s in seeds)
-             + " | median s | median steps | median eval s (apart) | median load |",
-             "|:---|" + "---:|" * (len(seeds) + 4)]
+             + " | median s | median steps | median s per 1k steps | median eval s (apart) "
+               "| median load |",
+             "|:---|" + "---:|" * (len(seeds) + 5)]
     for name, runs in contenders.items():
         cells = [f"{_f(r.get('solved_at_s'))} s / {r.get('solved_at_steps') or '–'}"
                  for r in runs]
         lines.append(f"| {name} | " + " | ".join(cells) + " | "
                      f"{_f(_median([r.get('solved_at_s') for r in runs]))} | "
                      f"{_f(_median([r.get('solved_at_steps') for r in runs]), 0)} | "
+                     f"{_f(_median(per_1k_steps(runs)), 3)} | "
                      f"{_f(statistics.median([r.get('eval_s') or 0 for r in runs]))} | "
                      f"{_f(statistics.median([r.get('background_load') or 0 for r in runs]))} |")
     ratio = results.get("ratio_sb3_zoo_over_envfleet")
-    lines += ["", f"Median speed-up of envfleet over sb3-zoo: **{_f(ratio)}x**.", ""]
+    lines += ["", f"Median speed-up of envfleet over sb3-zoo: **{_f(ratio)}x** (solved "
+              + ", ".join(f"{name} {sum(r.get('solved_at_s') is not None for r in runs)}/"
+                          f"{len(runs)}" for name, runs in contenders.items()) + ").", ""]
     if results["sweep"]:
         lines += ["## num_envs sweep (envfleet)", "",
                   "| num_envs | steps x envs, minibatches, epochs | solved s | solved steps | "
@@ -266,7 +357,7 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.legend(loc="upper left", fontsize=8)
         twin.legend(loc="lower right", fontsize=8)
         ax.grid(True, alpha=0.3)
-    fig.suptitle(f"PPO on CartPole-v1 to a greedy mean of {TARGET:g}: "
+    fig.suptitle(f"PPO on {results['env']} to a greedy mean of {results['target']:g}: "
                  f"{results['machine']['cpu']}, {results['machine']['usable_cores']} cores, "
                  f"{results['machine']['date'][:10]}", fontsize=10)
     fig.savefig(path, dpi=110)
@@ -276,17 +367,27 @@ def plot(results: dict[str, Any], path: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--worker", help=argparse.SUPPRESS)
+    parser.add_argument("--env", default="CartPole-v1", choices=sorted(BENCHES))
     parser.add_argument("--seeds", default="1,2,3,4,5")
-    parser.add_argument("--contenders", default="envfleet,sb3-zoo,sb3-zoo-facade")
-    parser.add_argument("--sweep", default="8,32,128,512",
-                        help="num_envs values for the envfleet sweep (empty: none)")
-    parser.add_argument("--time-limit", type=float, default=120.0,
-                        help="seconds of training per run before giving up")
+    parser.add_argument("--contenders",
+                        help="comma-separated (default: CartPole-v1 envfleet,sb3-zoo,"
+                             "sb3-zoo-facade; Acrobot-v1 envfleet,sb3-zoo)")
+    parser.add_argument("--sweep", help="num_envs values for the envfleet sweep, CartPole-v1 "
+                                        "only (default: 8,32,128,512; empty: none)")
+    parser.add_argument("--time-limit", type=float,
+                        help="seconds of training per run before giving up (default: "
+                             "CartPole-v1 120, Acrobot-v1 60)")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     options = parser.parse_args()
     if options.worker:
         worker(json.loads(options.worker))
         return 0
+    bench = BENCHES[options.env]
+    contenders = options.contenders or bench.contenders
+    sweep = bench.sweep if options.sweep is None else options.sweep
+    time_limit = options.time_limit or bench.time_limit
+    if sweep and options.env != "CartPole-v1":
+        parser.error("--sweep: the num_envs sweep's recipe is CartPole-v1's")
 
     from rich.console import Console
 
@@ -297,15 +398,17 @@ def main() -> int:
     seeds = [int(s) for s in options.seeds.split(",")]
     results: dict[str, Any] = {
         "command": "python scripts/bench_train.py " + " ".join(sys.argv[1:]),
-        "machine": machine_info(), "seeds": seeds, "target": TARGET, "contenders": {},
+        "machine": machine_info(), "env": options.env, "seeds": seeds, "target": bench.target,
+        "eval_every": bench.eval_every, "time_limit": time_limit, "contenders": {},
         "sweep": []}
-    timeout = options.time_limit * 3 + 120
+    timeout = time_limit * 3 + 120
     # seeds outermost: a burst of other work hits every contender alike
-    for name in options.contenders.split(","):
+    for name in contenders.split(","):
         results["contenders"][name] = []
     for seed in seeds:
         for name in results["contenders"]:
-            r = run({"kind": name, "seed": seed, "time_limit": options.time_limit}, timeout)
+            r = run({"kind": name, "env": options.env, "seed": seed, "time_limit": time_limit},
+                    timeout)
             results["contenders"][name].append(r)
             console.print(f"{name:15s} seed {seed}: solved {_f(r.get('solved_at_s'))} s at "
                           f"{r.get('solved_at_steps')} steps; compile/build "
@@ -316,9 +419,9 @@ def main() -> int:
         ours = _median([r.get("solved_at_s") for r in runs["envfleet"]])
         theirs = _median([r.get("solved_at_s") for r in runs["sb3-zoo"]])
         results["ratio_sb3_zoo_over_envfleet"] = theirs / ours if ours and theirs else None
-    for n in [int(x) for x in options.sweep.split(",") if x]:
-        r = run({"kind": "envfleet", "seed": seeds[0], "num_envs": n,
-                 "time_limit": options.time_limit}, timeout)
+    for n in [int(x) for x in sweep.split(",") if x]:
+        r = run({"kind": "envfleet", "env": options.env, "seed": seeds[0], "num_envs": n,
+                 "time_limit": time_limit}, timeout)
         r.setdefault("num_envs", n)
         results["sweep"].append(r)
         console.print(f"sweep num_envs {n}: solved {_f(r.get('solved_at_s'))} s at "
@@ -327,16 +430,18 @@ def main() -> int:
                       f"{r.get('sps_end_to_end', 0):,.0f}; load {r.get('background_load')}")
 
     options.out.mkdir(parents=True, exist_ok=True)
-    stem = options.out / "train-CartPole-v1"
+    stem = options.out / f"train-{options.env}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     text = markdown(results)
     stem.with_suffix(".md").write_text(text)
     plot(results, stem.with_suffix(".png"))
-    curves = [{**r, "env": "CartPole-v1", "backend": "numba", "num_envs": 8}
+    curves = [{**r, "env": options.env, "backend": "numba",
+               "num_envs": r["settings"]["num_envs"]}
               for r in runs.get("envfleet", []) if r.get("status") == "ok"]
     if curves:
-        plot_curve(curves, options.out / "train-CartPole-v1-curve.png", TARGET,
-                   "envfleet train CartPole-v1 (numba, 8 envs, defaults): 5 seeds")
+        plot_curve(curves, options.out / f"train-{options.env}-curve.png", bench.target,
+                   f"envfleet train {options.env} (numba, {curves[0]['num_envs']} envs, "
+                   f"defaults): {len(curves)} seeds")
     console.print(text)
     return 0
 

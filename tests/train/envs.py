@@ -69,3 +69,27 @@ class CountingEnv(gym.Env):
 
 if MASKED_TOY_ID not in gym.registry:
     gym.register(MASKED_TOY_ID, entry_point=MaskedToyEnv)
+
+
+MULTI_DISCRETE_TOY_ID = "envfleet_test/MultiDiscreteToy-v0"
+
+
+class MultiDiscreteToyEnv(gym.Env):
+    """MultiDiscrete([3, 3]) actions: a space the trainer has no policy for."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self) -> None:
+        self.observation_space = spaces.Box(-1, 1, (2,), dtype=np.float32)
+        self.action_space = spaces.MultiDiscrete([3, 3])
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        return np.zeros(2, np.float32), {}
+
+    def step(self, action):
+        return np.zeros(2, np.float32), 0.0, False, False, {}
+
+
+if MULTI_DISCRETE_TOY_ID not in gym.registry:
+    gym.register(MULTI_DISCRETE_TOY_ID, entry_point=MultiDiscreteToyEnv)

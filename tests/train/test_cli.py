@@ -9,6 +9,7 @@ import pytest
 
 from envfleet.cli import main
 from envfleet.train import ppo
+from tests.train.envs import MASKED_TOY_ID
 
 TINY = ["--total-steps", "512", "--eval-every", "256", "--quiet"]
 
@@ -105,10 +106,13 @@ def test_help_shows_each_presets_defaults(capsys):
     for option in ("--num-steps", "--num-minibatches", "--update-epochs", "--gamma",
                    "--gae-lambda", "--ent-coef", "--lr", "--clip-coef"):
         assert option in text
-    assert "steps per env per rollout (default: CartPole-v1 32, Chess-v0 16, other ids 128)" \
-        in text
-    assert "discount (default: CartPole-v1 0.98, Chess-v0 0.99, other ids 0.99)" in text
-    assert "(CartPole-v1 256, Chess-v0 2048, other ids 256 samples)" in text
+    assert ("steps per env per rollout (default: CartPole-v1 32, Acrobot-v1 256, Pendulum-v1 "
+            "1,024, MountainCarContinuous-v0 256, Chess-v0 16, other ids 128)") in text
+    assert ("discount (default: CartPole-v1 0.98, Acrobot-v1 0.99, Pendulum-v1 0.9, "
+            "MountainCarContinuous-v0 0.9999, Chess-v0 0.99, other ids 0.99)") in text
+    assert ("(CartPole-v1 256, Acrobot-v1 64, Pendulum-v1 64, MountainCarContinuous-v0 256, "
+            "Chess-v0 2048, other ids 256 samples)") in text
+    assert "Box actions get a Gaussian policy" in text
 
 
 def test_generic_defaults_are_ppo_args_defaults():
@@ -155,7 +159,8 @@ def test_header_names_the_backend_used_and_the_budget(capsys):
 
 
 def test_solved_at_only_with_a_target_and_the_reason_to_stop(capsys):
-    assert main(["train", "Pendulum-v1", "--backend", "serial", "--num-envs", "2",
+    # (a Gymnasium id without a reward_threshold, so no target)
+    assert main(["train", MASKED_TOY_ID, "--backend", "serial", "--num-envs", "2",
                  "--num-steps", "64", "--total-steps", "128", "--eval-every", "0",
                  "--eval-episodes", "2"]) == 0
     text = capsys.readouterr().out

@@ -3,6 +3,7 @@ probability; the whole train() path on an executor with ``info["action_mask"]``.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 import envfleet
@@ -39,3 +40,13 @@ def test_training_on_a_masked_env_never_steps_an_illegal_action():
     assert MaskedToyEnv.illegal_actions == 0
     assert summary.total_steps == 2048
     assert len(summary.evaluations) >= 2
+
+
+def test_gymnasiums_taxi_int8_action_masks_and_discrete_observations():
+    # Taxi-v4: Discrete(500) observations (one-hot) and info["action_mask"] as int8 0/1
+    args = ppo.Args(env_id="Taxi-v4", backend="serial", num_envs=2, num_steps=16,
+                    total_steps=64, eval_every=0, eval_episodes=2)
+    agent, summary = ppo.train(args)
+    assert summary.total_steps == 64 and agent.actor[0].in_features == 500
+    mask = ppo.action_mask({"action_mask": np.array([[1, 0, 1]], np.int8)}, torch.device("cpu"))
+    assert mask.dtype == torch.bool and mask.tolist() == [[True, False, True]]

@@ -29,6 +29,33 @@ PRESETS: dict[str, dict[str, Any]] = {
                         learning_rate=1e-3, anneal_lr=False, gamma=0.98, gae_lambda=0.8,
                         ent_coef=0.0, total_steps=500_000, eval_every=1024,
                         target_return=475.0, max_episode_return=500.0),
+    # rl-zoo's Acrobot-v1 settings (16 envs x 256 steps, 64-sample minibatches x 4 epochs,
+    # gamma 0.99, lambda 0.94, constant lr 3e-4, no entropy bonus, VecNormalize: observations
+    # and rewards); zoo's 1M-step budget. Target -100: a greedy 100-episode mean, evaluated
+    # every rollout (no reward is positive: a failing evaluation stops after ~100 steps).
+    "Acrobot-v1": dict(num_envs=16, num_steps=256, num_minibatches=64, update_epochs=4,
+                       learning_rate=3e-4, anneal_lr=False, gamma=0.99, gae_lambda=0.94,
+                       ent_coef=0.0, norm_obs=True, norm_reward=True, total_steps=1_000_000,
+                       eval_every=4096, target_return=-100.0, max_step_reward=0.0),
+    # rl-zoo's Pendulum-v1 settings without gSDE (4 envs x 1024 steps, 64-sample minibatches
+    # x 10 epochs, gamma 0.9, lambda 0.95, lr 1e-3, no entropy bonus): a Gaussian policy
+    # (state-independent log-std), actions clipped to [-2, 2] when stepping. Zoo's 100k-step
+    # budget; target -200 (greedy mean; random play scores about -1200).
+    "Pendulum-v1": dict(num_envs=4, num_steps=1024, num_minibatches=64, update_epochs=10,
+                        learning_rate=1e-3, anneal_lr=False, gamma=0.9, gae_lambda=0.95,
+                        ent_coef=0.0, total_steps=100_000, eval_every=4096,
+                        target_return=-200.0, max_step_reward=0.0),
+    # rl-zoo's MountainCarContinuous-v0 settings without gSDE (and without its log_std_init
+    # -3.29, made for gSDE's exploration): gamma 0.9999, lambda 0.9, lr 7.77e-5, ent_coef
+    # 0.00429, clip 0.1, 10 epochs, max_grad_norm 5, vf_coef 0.19, obs+reward normalisation;
+    # zoo's 1 env x 8 steps is ours 16 x 256 with 256-sample minibatches. Seeds 1-3 reached
+    # Gymnasium's 90 in 32-49k steps. A greedy episode scores at most 100.
+    "MountainCarContinuous-v0": dict(
+        num_envs=16, num_steps=256, num_minibatches=16, update_epochs=10,
+        learning_rate=7.77e-5, anneal_lr=False, gamma=0.9999, gae_lambda=0.9,
+        ent_coef=0.00429, clip_coef=0.1, max_grad_norm=5.0, vf_coef=0.19, norm_obs=True,
+        norm_reward=True, total_steps=300_000, eval_every=8192, target_return=90.0,
+        max_episode_return=100.0),
     # masked policy against the random opponent: reward +1 win, 0 draw, -1 loss at the end
     # the 4672-way policy head dominates the cost: a 128-wide MLP, few epochs
     "Chess-v0": dict(num_envs=256, num_steps=16, num_minibatches=2, update_epochs=2,
@@ -129,8 +156,10 @@ def _minibatch_size(settings: dict[str, Any]) -> int:
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``train`` subcommand's options (defaults: the env's preset, shown per preset)."""
-    parser.epilog = ("Each env id has a preset (CartPole-v1, Chess-v0: tuned; other ids: "
-                     "CleanRL's PPO defaults with Gymnasium's reward_threshold as the target); "
+    parser.epilog = ("Each env id has a preset (" + ", ".join(PRESETS) + ": tuned, rl-zoo's "
+                     "where it has them; other ids: CleanRL's PPO defaults with Gymnasium's "
+                     "reward_threshold as the target). Box actions get a Gaussian policy "
+                     "(clipped into the Box when stepping), Discrete ones a categorical; "
                      "an option given overrides it. Minibatches keep the preset's size as "
                      "--num-envs or --num-steps change (" + minibatch_sizes() + " samples), "
                      "so more envs mean more minibatches, not larger ones; then epochs drop "
@@ -316,12 +345,13 @@ def run_train(options: argparse.Namespace) -> int:
                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                    console=console, auto_refresh=False, disable=options.quiet, transient=True)
     task = bar.add_task("training", total=args.total_steps, info="")
-    state = {"last_log": -math.inf, "last_refresh": -math.inf, "eval": None}
+    state = {"last_log": -math.inf, "last_refresh": -math.inf, "eval": "-"}
 
     def on_progress(p: ppo.Progress) -> None:
-        if p.eval_return is not None:
-            state["eval"] = p.eval_return
-        info = f"return {_fmt(p.episodic_return)} eval {_fmt(state['eval'])}"
+        if p.eval_return is not None:  # "<target": stopped once the target was out of reach
+            state["eval"] = (_fmt(p.eval_return) if p.eval_complete
+                             else f"<{args.target_return:g}")
+        info = f"return {_fmt(p.episodic_return)} eval {state['eval']}"
         bar.update(task, completed=p.steps, info=info)
         if p.seconds - state["last_refresh"] >= 0.25 or p.done:
             state["last_refresh"] = p.seconds
@@ -330,7 +360,7 @@ def run_train(options: argparse.Namespace) -> int:
             state["last_log"] = p.seconds
             bar.console.print(
                 f"steps {p.steps:>9,} | {p.seconds:6.1f} s | return {_fmt(p.episodic_return):>6}"
-                f" | eval {_fmt(state['eval']):>6} | steps/s env {_rate(p.sps_env):>6} "
+                f" | eval {state['eval']:>6} | steps/s env {_rate(p.sps_env):>6} "
                 f"end-to-end {_rate(p.sps_end_to_end):>6} | {_breakdown(p.times)}",
                 soft_wrap=True)
 
@@ -339,7 +369,8 @@ def run_train(options: argparse.Namespace) -> int:
     try:
         with bar:
             agent, summary = ppo.train(args, on_progress)
-    except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError) as error:
+    except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError,
+            ppo.UnsupportedSpaceError) as error:
         raise CommandError(str(error)) from None
     except (ValueError, TypeError) as error:
         if "make" in str(error) or "backend" in str(error) or "option" in str(error):

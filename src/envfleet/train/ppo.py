@@ -89,6 +89,8 @@ class Args:
     """hidden layers of the actor and of the critic"""
     activation: str = "tanh"
     """hidden activation: tanh or relu (relu: ~10x cheaper than torch's CPU tanh here)"""
+    log_std_init: float = 0.0
+    """initial log-std of the Gaussian policy (Box actions; 0: std 1, as CleanRL and SB3)"""
     torch_threads: int = 1
     """torch intra-op threads (small MLPs on CPU: 1 avoids thread hand-offs)"""
     env_threads: int | None = 1
@@ -106,6 +108,9 @@ class Args:
     max_episode_return: float | None = None
     """upper bound of one episode's return: lets an evaluation stop once the target is
     out of reach (None: play every episode out)"""
+    max_step_reward: float | None = None
+    """upper bound of one step's reward; <= 0 (Acrobot, Pendulum): an unfinished episode
+    ends no higher than its return so far, so a failing evaluation stops within a few steps"""
     stop_at_target: bool = True
     """stop once an evaluation reaches target_return (False: use the whole budget)"""
     time_limit: float | None = None
@@ -165,32 +170,68 @@ class RunningMeanStd(nn.Module):
         self.count.fill_(total)
 
 
+class UnsupportedSpaceError(ValueError):
+    """A space this trainer has no policy for (the message names it)."""
+
+
+def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:
+    """Refuse spaces the agent cannot handle, naming them: observations must be a Box or
+    MultiBinary (flattened) or Discrete (one-hot), actions Discrete (categorical policy) or a
+    1-D float Box (Gaussian policy)."""
+    if not isinstance(obs_space, spaces.Box | spaces.MultiBinary | spaces.Discrete):
+        raise UnsupportedSpaceError(
+            f"envfleet train takes Box, MultiBinary or Discrete observations, not {obs_space}")
+    if isinstance(action_space, spaces.Discrete):
+        if int(action_space.start) != 0:
+            raise UnsupportedSpaceError(
+                f"envfleet train takes Discrete actions starting at 0, not {action_space}")
+        return
+    if isinstance(action_space, spaces.Box):
+        if len(action_space.shape) != 1 or not np.issubdtype(action_space.dtype, np.floating):
+            raise UnsupportedSpaceError(
+                f"envfleet train's Gaussian policy takes a 1-D float Box of actions, not "
+                f"{action_space}")
+        return
+    raise UnsupportedSpaceError(
+        f"envfleet train takes Discrete actions (categorical policy) or a 1-D float Box "
+        f"(Gaussian policy), not {action_space}")
+
+
 class Agent(nn.Module):
     """Actor and critic MLPs; a categorical head (Discrete) or a Gaussian one (Box)."""
 
     def __init__(self, obs_space: spaces.Space, action_space: spaces.Space,
                  hidden_sizes: tuple[int, ...] = (64, 64), norm_obs: bool = False,
-                 activation: str = "tanh") -> None:
+                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
         super().__init__()
-        obs_size = int(np.prod(obs_space.shape))
+        check_spaces(obs_space, action_space)
+        # a Discrete observation is one-hot encoded; a Box one flattened
+        self.obs_onehot = (int(obs_space.start), int(obs_space.n)) if isinstance(
+            obs_space, spaces.Discrete) else None
+        obs_size = self.obs_onehot[1] if self.obs_onehot else int(np.prod(obs_space.shape))
         self.obs_shape = tuple(obs_space.shape)
         self.action_shape = tuple(getattr(action_space, "shape", None) or ())
         self.discrete = isinstance(action_space, spaces.Discrete)
         if self.discrete:
             out = int(action_space.n)
-        elif isinstance(action_space, spaces.Box):
-            out = int(np.prod(action_space.shape))
-            self.actor_logstd = nn.Parameter(torch.zeros(out))
-        else:
-            raise NotImplementedError(f"PPO here takes Discrete or Box actions, not {action_space}")
+        else:  # a diagonal Gaussian, its log-std a parameter of its own (not of the state)
+            out = int(action_space.shape[0])
+            self.actor_logstd = nn.Parameter(torch.full((out,), float(log_std_init)))
         hidden = list(hidden_sizes)
         self.critic = mlp([obs_size, *hidden, 1], 1.0, activation)
         self.actor = mlp([obs_size, *hidden, out], 0.01, activation)
         self.obs_rms = RunningMeanStd((obs_size,)) if norm_obs else None
 
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Flat float observations (one-hot for a Discrete space)."""
+        if self.obs_onehot is not None:
+            start, n = self.obs_onehot
+            return nn.functional.one_hot(obs.reshape(-1).long() - start, n).float()
+        return obs.reshape(obs.shape[0], -1).float()
+
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Flat float observations, normalised when asked."""
-        x = obs.reshape(obs.shape[0], -1).float()
+        """Encoded observations, normalised when asked."""
+        x = self.encode(obs)
         if self.obs_rms is not None:
             x = ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
         return x
@@ -277,8 +318,12 @@ class Clock:
 
 
 def action_mask(info: dict[str, Any], device: torch.device) -> torch.Tensor | None:
+    """``info["action_mask"]`` as a bool tensor (Gymnasium's Taxi gives int8 0/1), or None."""
     mask = info.get("action_mask")
-    return None if mask is None else as_tensor(mask, device)
+    if mask is None:
+        return None
+    mask = as_tensor(mask, device)
+    return mask if mask.dtype == torch.bool else mask != 0
 
 
 @torch.inference_mode()
@@ -352,7 +397,7 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
         x_all = agent.features(buf.obs.flatten(0, 1))
         if agent.obs_rms is not None:  # update the statistics, then use them for the update
             seen = buf.obs[:num_steps].flatten(0, 1)[buf.valid.flatten()]
-            agent.obs_rms.update(seen.reshape(seen.shape[0], -1).float())
+            agent.obs_rms.update(agent.encode(seen))
             x_all = agent.features(buf.obs.flatten(0, 1))
         values = agent.get_value(x_all).view(num_steps + 1, num_envs)
         x = x_all[: num_steps * num_envs]
@@ -457,12 +502,13 @@ class EvalResult:
 def evaluate(env: Any, agent: Agent, seed: int, device: torch.device, torch_actions: bool,
              action_bounds: tuple[torch.Tensor, torch.Tensor] | None = None,
              target: float | None = None, max_episode_return: float | None = None,
-             greedy: bool = True) -> EvalResult:
+             greedy: bool = True, max_step_reward: float | None = None) -> EvalResult:
     """Greedy returns of the first episode of each of ``env.num_envs`` envs, played at once
     (``greedy=False``: actions sampled from the policy).
 
-    With ``target`` and ``max_episode_return``, stop as soon as even perfect remaining episodes
-    could not lift the mean to ``target`` (a failing evaluation then costs a few steps).
+    With ``target`` and a bound (``max_episode_return``, ``max_step_reward``), stop as soon as
+    even perfect remaining episodes could not lift the mean to ``target`` (a failing
+    evaluation then costs a few steps).
     """
     t0 = time.perf_counter()
     n = env.num_envs
@@ -483,14 +529,24 @@ def evaluate(env: Any, agent: Agent, seed: int, device: torch.device, torch_acti
             np.asarray(torch.as_tensor(truncated).cpu() if torch_actions else truncated)
         totals += np.where(done, 0.0, reward)
         done |= ended
-        if target is not None and max_episode_return is not None:
-            best = totals[done].sum() + max_episode_return * (n - done.sum())
-            if best < target * n:
-                complete = False
-                break
+        if target is not None and best_total(totals, done, max_episode_return,
+                                             max_step_reward) < target * n:
+            complete = False
+            break
     returns = totals[done].tolist()
     mean = float(totals[done].mean()) if complete else float(totals.mean())
     return EvalResult(mean, int(done.sum()), complete, returns, time.perf_counter() - t0)
+
+
+def best_total(totals: np.ndarray, done: np.ndarray, max_episode_return: float | None,
+               max_step_reward: float | None) -> float:
+    """The highest sum of returns the episodes can still end with: finished ones keep theirs,
+    an unfinished one ends at ``max_episode_return`` at most, and no higher than its return so
+    far when no step rewards more than 0 (inf: no bound known)."""
+    upper = np.full(totals.shape, np.inf if max_episode_return is None else max_episode_return)
+    if max_step_reward is not None and max_step_reward <= 0:
+        upper = np.minimum(upper, totals)
+    return float(np.where(done, totals, upper).sum())
 
 
 # --- the ideal loop ---------------------------------------------------------------------------
@@ -569,7 +625,7 @@ def make_rollout(args: Args, agent: Agent, info: dict[str, Any], device: torch.d
 
 def build_agent(env: Any, args: Args) -> Agent:
     agent = Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
-                  args.norm_obs, args.activation).to(args.device)
+                  args.norm_obs, args.activation, args.log_std_init).to(args.device)
     return agent
 
 
@@ -616,6 +672,8 @@ class Progress:
     times: dict[str, float]
     stats: dict[str, float]
     done: bool  # the last report of the run
+    eval_complete: bool = True  # False: the evaluation stopped once the target was out of
+    # reach, and eval_return is the partial mean then
 
 
 @dataclass
@@ -649,6 +707,11 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     # -- build and warm up (JIT compile, first touches): reported apart as compile_s
     t_build = time.perf_counter()
     env = make_envs(args, args.num_envs, args.seed)
+    try:  # an env the agent has no policy for: refused before anything else starts
+        check_spaces(env.single_observation_space, env.single_action_space)
+    except UnsupportedSpaceError as error:
+        env.close()
+        raise UnsupportedSpaceError(f"{args.env_id}: {error}") from None
     eval_env = make_envs(args, args.eval_episodes, args.seed + 10_000)
     agent = build_agent(env, args)
     optimizer = make_optimizer(agent, args)
@@ -685,10 +748,12 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     def elapsed() -> float:
         return time.perf_counter() - start
 
-    def run_eval(steps: int) -> EvalResult:
+    def run_eval(steps: int, play_out: bool = False) -> EvalResult:
+        """An evaluation; ``play_out``: every episode to its end (no stop below the target)."""
         t0 = time.perf_counter()
         result = evaluate_fn(eval_env, agent, args.seed + 10_000, device, torch_actions, bounds,
-                             args.target_return, args.max_episode_return)
+                             None if play_out else args.target_return, args.max_episode_return,
+                             max_step_reward=args.max_step_reward)
         clock.add("evaluation", t0)
         evaluations.append({"steps": steps, "seconds": elapsed(),
                             "mean_return": result.mean_return, "complete": result.complete,
@@ -741,7 +806,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         if on_progress is not None:
             on_progress(Progress(steps, now, point["episodic_return"], eval_return,
                                  steps / max(clock.seconds["env"], 1e-9), steps / train_s,
-                                 dict(clock.seconds), stats, done=stop or iteration == iterations))
+                                 dict(clock.seconds), stats, done=stop or iteration == iterations,
+                                 eval_complete=eval_return is None or last_eval.complete))
         if stop:
             break
         if args.ideal_every and iteration % args.ideal_every == 0:
@@ -752,7 +818,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
 
     # -- the final evaluation (the last one, when it ran on the final parameters and finished)
     if last_eval is None or not last_eval.complete or last_eval_step != steps:
-        last_eval = run_eval(steps)
+        last_eval = run_eval(steps, play_out=True)
     final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
                   "returns": last_eval.returns}
     ideal.iterate(timed=False)
