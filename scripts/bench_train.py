@@ -112,16 +112,18 @@ def run_envfleet(env_id: str, seed: int, num_envs: int | None, time_limit: float
     _, s = ppo.train(args)
     return {"solved_at_s": s.solved_at_s, "solved_at_steps": s.solved_at_steps,
             "compile_s": s.compile_s, "eval_s": s.times["evaluation"], "total_steps": s.total_steps,
-            "sps_env": s.sps_env, "sps_ideal": s.sps_ideal, "sps_end_to_end": s.sps_end_to_end,
+            "sps_env": s.sps_env, "sps_ideal": s.sps_ideal, "sps_ideal_iqr": s.sps_ideal_iqr,
+            "ideal_iterations": s.ideal_iterations, "sps_end_to_end": s.sps_end_to_end,
             "efficiency": s.efficiency, "times": s.times, "final_eval_return": s.final_eval_return,
-            "curve": s.curve, "evaluations": s.evaluations,
+            "curve": s.curve, "evaluations": s.evaluations, "stop_reason": s.stop_reason,
             "settings": {k: settings[k] for k in ("num_envs", "num_steps", "num_minibatches",
                                                    "update_epochs")}}
 
 
 def sweep_settings(num_envs: int) -> dict[str, Any]:
-    """More envs: rollouts of max(8, 256 / N) steps, 256-sample minibatches, ~20 gradient
-    steps per rollout (20 epochs at 256 samples, fewer as the rollout grows; 2 at least)."""
+    """More envs: rollouts of max(8, 256 / N) steps, 256-sample minibatches, epochs
+    round(20 / minibatches) but 2 at least: ~20 gradient steps per rollout up to 2,560
+    samples, then 2 epochs (256 envs: 16 steps, 512: 32, 1024: 64)."""
     num_steps = max(8, 256 // num_envs)
     batch = num_envs * num_steps
     minibatches = max(1, batch // 256)
@@ -301,18 +303,24 @@ def markdown(results: dict[str, Any]) -> str:
                           f"{len(runs)}" for name, runs in contenders.items()) + ").", ""]
     if results["sweep"]:
         lines += ["## num_envs sweep (envfleet)", "",
+                  "Ideal: the median of its timed iterations (their interquartile range in "
+                  "brackets); an end-to-end rate above the range's top would be a bug. Gradient "
+                  "steps per rollout: minibatches x epochs. Stop: why the run ended (target, "
+                  "steps: the step budget, time limit).", "",
                   "| num_envs | steps x envs, minibatches, epochs | solved s | solved steps | "
-                  "steps/s env | ideal | end-to-end | end-to-end / ideal |",
-                  "|---:|:---|---:|---:|---:|---:|---:|---:|"]
+                  "stop | steps/s env | ideal (IQR) | end-to-end | end-to-end / ideal |",
+                  "|---:|:---|---:|---:|:---|---:|---:|---:|---:|"]
         for r in results["sweep"]:
             if r.get("status") != "ok":
-                lines.append(f"| {r['num_envs']} | {r.get('status')} | | | | | | |")
+                lines.append(f"| {r['num_envs']} | {r.get('status')} | | | | | | | |")
                 continue
             st = r["settings"]
+            low, high = r.get("sps_ideal_iqr", (float("nan"), float("nan")))
             lines.append(f"| {r['num_envs']} | {st['num_steps']} x {st['num_envs']}, "
                          f"{st['num_minibatches']}, {st['update_epochs']} | "
                          f"{_f(r['solved_at_s'])} | {r['solved_at_steps'] or '–'} | "
-                         f"{r['sps_env']:,.0f} | {r['sps_ideal']:,.0f} | "
+                         f"{r.get('stop_reason', '?')} at {r['total_steps']:,} steps | "
+                         f"{r['sps_env']:,.0f} | {r['sps_ideal']:,.0f} ({low:,.0f}-{high:,.0f}) | "
                          f"{r['sps_end_to_end']:,.0f} | {r['efficiency']:.2f} |")
     return "\n".join(lines) + "\n"
 

@@ -379,7 +379,9 @@ def run_train(options: argparse.Namespace) -> int:
     load = background_load(cpu_before, cpu_seconds(), time.perf_counter() - t0)
 
     console.print(ending(args, summary), soft_wrap=True)
+    low, high = summary.sps_ideal_iqr
     console.print(f"steps/s: env-only {_rate(summary.sps_env)}, ideal {_rate(summary.sps_ideal)}"
+                  f" (IQR {_rate(low)}-{_rate(high)}, {summary.ideal_iterations} iterations)"
                   f", end-to-end {_rate(summary.sps_end_to_end)} (efficiency "
                   f"{summary.efficiency:.2f}); time: {_breakdown(summary.times)}; "
                   f"other processes' load {_fmt(load, 2)} cores", soft_wrap=True)

@@ -14,10 +14,12 @@ logit: they are never sampled and carry no probability in the loss.
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
 forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
 their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations.
-The ideal loop (``IdealLoop``) runs ``collect`` + ``update`` against an env that returns a
-fixed buffer instantly: what end-to-end training would reach if the env cost nothing. Its
-iterations are interleaved with the real ones (same machine load) and kept off the training
-clock.
+The ideal loop (``IdealLoop``) does the real loop's work against an env that costs nothing
+(``ReplayEnv``: a fixed observation, the real rollout's rewards and episode ends, so the same
+transitions are kept), with the same bookkeeping and the same number of update epochs: what
+end-to-end training would reach if the env cost nothing, an upper bound. Its iterations are
+interleaved with the real ones (same machine load), kept off the training clock, and reported
+as the median iteration with its interquartile range.
 """
 
 from __future__ import annotations
@@ -390,8 +392,11 @@ def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lam
 
 
 def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: Args,
-           reward_scale: float, generator: torch.Generator) -> dict[str, float]:
-    """GAE over the rollout, then ``update_epochs`` passes of clipped-PPO minibatch steps."""
+           reward_scale: float, generator: torch.Generator, epochs: int | None = None
+           ) -> dict[str, float]:
+    """GAE over the rollout, then ``update_epochs`` passes of clipped-PPO minibatch steps
+    (fewer when ``target_kl`` stops them; exactly ``epochs`` when given: the ideal loop
+    repeats the real update's count). ``stats["minibatch_steps"]``: gradient steps taken."""
     num_steps, num_envs = buf.rewards.shape
     with torch.no_grad():
         x_all = agent.features(buf.obs.flatten(0, 1))
@@ -419,7 +424,8 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
     mb_size = max(1, math.ceil(size / args.num_minibatches))
     stats = {"approx_kl": 0.0, "clipfrac": 0.0, "pg_loss": 0.0, "v_loss": 0.0, "entropy": 0.0}
     whole = slice(None)  # one minibatch: the whole batch, no shuffling or gathering needed
-    for _epoch in range(args.update_epochs):
+    minibatch_steps = 0
+    for _epoch in range(args.update_epochs if epochs is None else epochs):
         if args.num_minibatches > 1:
             order = torch.randperm(size, generator=generator).to(b_x.device)
             minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
@@ -452,14 +458,16 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
             if args.max_grad_norm > 0:
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm, foreach=True)
             optimizer.step()
+            minibatch_steps += 1
         with torch.no_grad():
             approx_kl = ((ratio - 1) - logratio).mean()
-        if args.target_kl is not None and approx_kl.item() > args.target_kl:
+        if epochs is None and args.target_kl is not None and approx_kl.item() > args.target_kl:
             break
     with torch.no_grad():
         stats.update(approx_kl=approx_kl.item(), pg_loss=pg_loss.item(), v_loss=v_loss.item(),
                      entropy=entropy_loss.item() if entropy is not None else float("nan"),
-                     clipfrac=((ratio - 1).abs() > args.clip_coef).float().mean().item())
+                     clipfrac=((ratio - 1).abs() > args.clip_coef).float().mean().item(),
+                     minibatch_steps=minibatch_steps, epochs=_epoch + 1)
     return stats
 
 
@@ -549,30 +557,78 @@ def best_total(totals: np.ndarray, done: np.ndarray, max_episode_return: float |
     return float(np.where(done, totals, upper).sum())
 
 
+#: timed ideal iterations at least, for the median and IQR of a short run
+IDEAL_MIN_ITERATIONS = 7
+
+
 # --- the ideal loop ---------------------------------------------------------------------------
 
 
-class InstantEnv:
-    """An env that costs nothing: every step returns the same fixed buffers, nothing ends."""
+class ReplayEnv:
+    """An env that costs nothing: each step returns the same fixed observation with the
+    rewards and episode ends the real loop's last rollout recorded at that step, so the ideal
+    loop keeps exactly the transitions the real one kept."""
 
-    def __init__(self, num_envs: int, obs: Any, info: dict[str, Any]) -> None:
-        self.num_envs = num_envs
+    def __init__(self, obs: Any, info: dict[str, Any]) -> None:
         self.obs = obs
-        like = torch if isinstance(obs, torch.Tensor) else np
-        kw = {"device": obs.device} if like is torch else {}
-        self.rewards = like.zeros(num_envs, dtype=like.float32, **kw)
-        self.flags = like.zeros(num_envs, dtype=like.bool_ if like is np else torch.bool, **kw)
         self.info = {"action_mask": info["action_mask"]} if "action_mask" in info else {}
+        self.torch = isinstance(obs, torch.Tensor)
+        self.t = 0
+        self.rewards = self.terminated = self.truncated = None
+
+    def load(self, buf: Rollout) -> None:
+        """Replay ``buf``'s rewards and ends from the next step on (in the env's array kind)."""
+        rows = (buf.rewards, buf.terminated, buf.ended & ~buf.terminated)
+        if self.torch:
+            device = self.obs.device
+            self.rewards, self.terminated, self.truncated = (r.to(device).clone() for r in rows)
+        else:
+            self.rewards, self.terminated, self.truncated = (r.cpu().numpy() for r in rows)
+        self.t = 0
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        return self.obs, self.rewards, self.flags, self.flags, self.info
+        t = self.t
+        self.t = (t + 1) % len(self.rewards)
+        return self.obs, self.rewards[t], self.terminated[t], self.truncated[t], self.info
+
+
+@dataclass
+class Bookkeeping:
+    """The host-side work after each rollout that both loops do: episode returns of the
+    training envs and the running return scale of ``norm_reward``."""
+
+    ep_return: np.ndarray
+    recent: deque
+    reward_scaler: RewardScaler | None
+
+    @classmethod
+    def new(cls, args: Args) -> Bookkeeping:
+        scaler = RewardScaler(args.num_envs, args.gamma) if args.norm_reward else None
+        return cls(np.zeros(args.num_envs), deque(maxlen=100), scaler)
+
+    def observe(self, buf: Rollout) -> float:
+        """Count the rollout's ended episodes; return the reward scale for ``update``."""
+        rewards = buf.rewards.cpu().numpy()
+        ended = buf.ended.cpu().numpy()
+        for t in range(rewards.shape[0]):  # rewards of reset steps are 0; valid masks them
+            self.ep_return += rewards[t]
+            if ended[t].any():
+                self.recent.extend(self.ep_return[ended[t]].tolist())
+                self.ep_return[ended[t]] = 0.0
+        if self.reward_scaler is None:
+            return 1.0
+        return self.reward_scaler.observe(rewards, ended, buf.valid.cpu().numpy())
 
 
 class IdealLoop:
-    """``collect`` + ``update`` against ``InstantEnv``, on a copy of the agent and optimizer.
+    """The real loop's work against ``ReplayEnv``, on a copy of the agent and optimizer: the
+    same rollout (inference, buffer writes, the same transitions kept), the same bookkeeping
+    and an update with the same number of epochs. What end-to-end training would reach with an
+    env that costs nothing: an upper bound of the real loop.
 
-    ``train`` runs one ideal iteration every ``args.ideal_every`` real ones, so both are timed
-    under the same machine load; its time is kept off the training clock.
+    ``train`` runs ideal iterations every ``args.ideal_every`` real ones, so both are timed
+    under the same machine load; their time is kept off the training clock. Each timed
+    iteration's seconds are kept: ``steps_per_s`` is the median's rate, with its IQR.
     """
 
     def __init__(self, agent: Agent, optimizer: torch.optim.Optimizer, args: Args, obs: Any,
@@ -581,30 +637,48 @@ class IdealLoop:
         self.optimizer = make_optimizer(self.agent, args)
         self.optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
         self.args, self.bounds, self.torch_actions = args, action_bounds, torch_actions
-        self.env = InstantEnv(args.num_envs, obs, info)
+        self.env = ReplayEnv(obs, info)
         self.info = info
         self.buf = make_rollout(args, self.agent, info, torch.device(args.device))
+        self.books = Bookkeeping.new(args)
         self.generator = torch.Generator().manual_seed(0)
-        self.steps, self.seconds = 0, 0.0
+        self.times: list[float] = []
+        self.last_stats: dict[str, float] = {}
 
-    def iterate(self, timed: bool = True) -> float:
-        """One ideal iteration; returns the seconds it took (counted only when ``timed``)."""
+    def iterate(self, real: Rollout, epochs: int, timed: bool = True) -> float:
+        """One ideal iteration replaying the real rollout ``real`` and updating for ``epochs``
+        epochs (the real update's); returns its seconds (kept when ``timed``)."""
+        self.env.load(real)
+        torch.logical_not(real.valid[0], out=self.buf.prev_ended)  # the same first step kept
         t0 = time.perf_counter()
         device = torch.device(self.args.device)
         devices = [device] if device.type == "cuda" else []
         with torch.random.fork_rng(devices=devices):  # training's random stream is untouched
             collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, Clock(),
                     self.bounds, self.torch_actions)
-            update(self.agent, self.optimizer, self.buf, self.args, 1.0, self.generator)
+            scale = self.books.observe(self.buf)
+            self.last_stats = update(self.agent, self.optimizer, self.buf, self.args, scale,
+                                     self.generator, epochs=epochs)
         spent = time.perf_counter() - t0
         if timed:
-            self.steps += self.args.num_steps * self.args.num_envs
-            self.seconds += spent
+            self.times.append(spent)
         return spent
 
     @property
     def steps_per_s(self) -> float:
-        return self.steps / self.seconds if self.seconds else float("nan")
+        """Steps/s of the median timed iteration (nan before any)."""
+        if not self.times:
+            return float("nan")
+        return self.args.num_steps * self.args.num_envs / float(np.median(self.times))
+
+    @property
+    def steps_per_s_iqr(self) -> tuple[float, float]:
+        """Steps/s of the 75th and 25th percentile iteration times (the spread)."""
+        if not self.times:
+            return (float("nan"), float("nan"))
+        q1, q3 = np.percentile(self.times, [25, 75])
+        batch = self.args.num_steps * self.args.num_envs
+        return (batch / q3, batch / q1)
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -685,7 +759,9 @@ class Summary:
     total_steps: int
     wall_s: float
     sps_env: float
-    sps_ideal: float
+    sps_ideal: float  # the ideal loop's median iteration
+    sps_ideal_iqr: tuple[float, float]  # its 25th-75th percentile iterations, as steps/s
+    ideal_iterations: int  # timed ideal iterations
     sps_end_to_end: float
     efficiency: float
     times: dict[str, float]
@@ -732,11 +808,10 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
 
     # -- train
     clock = Clock()
-    reward_scaler = RewardScaler(args.num_envs, args.gamma) if args.norm_reward else None
+    books = Bookkeeping.new(args)
+    recent = books.recent
     batch = args.num_envs * args.num_steps
     iterations = max(1, args.total_steps // batch)
-    ep_return = np.zeros(args.num_envs)
-    recent: deque[float] = deque(maxlen=100)
     curve: list[dict[str, Any]] = []
     evaluations: list[dict[str, Any]] = []
     solved_at_s = solved_at_steps = None
@@ -768,17 +843,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                                       torch_actions)
         steps += batch
         t0 = time.perf_counter()
-        # episode bookkeeping on the host (rewards of reset steps are 0; valid masks them)
-        rewards = buf.rewards.cpu().numpy()
-        ended = buf.ended.cpu().numpy()
-        for t in range(args.num_steps):
-            ep_return += rewards[t]
-            if ended[t].any():
-                recent.extend(ep_return[ended[t]].tolist())
-                ep_return[ended[t]] = 0.0
-        scale = 1.0
-        if reward_scaler is not None:
-            scale = reward_scaler.observe(rewards, ended, buf.valid.cpu().numpy())
+        scale = books.observe(buf)
         stats = update(agent, optimizer, buf, args, scale, generator)
         clock.add("learning", t0)
 
@@ -812,7 +877,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
             break
         if args.ideal_every and iteration % args.ideal_every == 0:
             # two in a row, the second timed: switching loops leaves the caches cold
-            start += ideal.iterate(timed=False) + ideal.iterate()
+            epochs = int(stats["epochs"])
+            start += ideal.iterate(buf, epochs, timed=False) + ideal.iterate(buf, epochs)
     wall_s = elapsed()
     train_s = wall_s - clock.seconds["evaluation"]
 
@@ -821,9 +887,10 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         last_eval = run_eval(steps, play_out=True)
     final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
                   "returns": last_eval.returns}
-    ideal.iterate(timed=False)
-    while ideal.steps < 3 * batch:  # a short run: at least 3 timed ideal iterations
-        ideal.iterate()
+    epochs = int(stats["epochs"])
+    ideal.iterate(buf, epochs, timed=False)
+    while len(ideal.times) < IDEAL_MIN_ITERATIONS:  # a short run: enough for a median and IQR
+        ideal.iterate(buf, epochs)
     sps_ideal = ideal.steps_per_s
     env.close()
     eval_env.close()
@@ -832,6 +899,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         args=_jsonable(asdict(args)), solved_at_s=solved_at_s, solved_at_steps=solved_at_steps,
         compile_s=compile_s, total_steps=steps, wall_s=wall_s,
         sps_env=steps / max(clock.seconds["env"], 1e-9), sps_ideal=sps_ideal,
+        sps_ideal_iqr=ideal.steps_per_s_iqr, ideal_iterations=len(ideal.times),
         sps_end_to_end=sps_e2e, efficiency=sps_e2e / sps_ideal, times=dict(clock.seconds),
         final_eval_return=last_eval.mean_return, final_eval=final_eval, curve=curve,
         evaluations=evaluations, stop_reason=stop_reason)
