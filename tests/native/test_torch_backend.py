@@ -21,17 +21,34 @@ from numba import njit
 
 import envfleet
 from envfleet.envs.cartpole import SPEC as CARTPOLE
+from envfleet.native import tensor_math
 from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
 from envfleet.native.jit import kernel_function
 from envfleet.native.numba_backend import NumbaEngine
-from envfleet.native.rng import env_uniform, env_uniform_torch, random_u64, random_u64_torch
+from envfleet.native.rng import (
+    env_uniform,
+    env_uniform_torch,
+    env_uniforms_torch,
+    random_u64,
+    random_u64_torch,
+)
 from envfleet.native.spec import NativeEnvSpec
 
 torch = pytest.importorskip("torch")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from envfleet.native.torch_backend import TorchEngine  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+@pytest.fixture(autouse=True, params=["host-numpy", "torch-ops"])
+def arithmetic_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: CPU arithmetic through NumPy views of the tensors (the default),
+    and through torch ops, the route every other device takes."""
+    monkeypatch.setattr(tensor_math, "HOST_NUMPY", request.param == "host-numpy", raising=False)
+    return request.param
 
 
 def host(x) -> np.ndarray:
@@ -511,6 +528,63 @@ def test_rng_torch_twin_is_bit_identical() -> None:
         assert ((expected >= low) & (expected < high)).all()
     bits = random_u64_torch(*rng_torch).numpy().view(np.uint64)
     np.testing.assert_array_equal(bits, expected_bits)
+    # the batched draws (one hash of seed and episode per env): column k is draw k
+    per_env_low = torch.from_numpy(r.uniform(-2.0, 0.0, size))
+    for count, low, high in ((4, -0.05, 0.05), (3, per_env_low, 1.0), (1, -1.0, 3.0)):
+        batch = env_uniforms_torch(rng_torch, count, low, high)
+        assert batch.shape == (size, count) and batch.dtype == torch.float64
+        for k in range(count):
+            host_low = low.numpy() if isinstance(low, torch.Tensor) else low
+            with np.errstate(over="ignore"):  # the kernel in Python: NumPy scalars wrap
+                expected = np.array([env_uniform((seeds, episodes, steps), i, k,
+                                                 float(np.broadcast_to(host_low, size)[i]), high)
+                                     for i in range(0, size, 97)])
+            np.testing.assert_array_equal(batch[::97, k].numpy().view(np.uint64),
+                                          expected.view(np.uint64))
+
+
+class OpCounter(TorchDispatchMode):
+    """Records every aten op dispatched while active: its name and its output's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.append((str(func), out.numel() if isinstance(out, torch.Tensor) else 0))
+        return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cartpole_step_is_a_handful_of_tensor_ops(mode: str, arithmetic_route: str) -> None:
+    """Whole-batch ops only, no per-step copy of the buffers, and random draws only for the
+    envs that reset (the old driver: ~280 ops a step at 1,024 envs, its draws over every env,
+    and a backup copy of every buffer)."""
+    n = 1024
+    env = envfleet.make("CartPole-v1", n, backend="torch", seed=3, autoreset_mode=mode,
+                        copy=False)
+    env.reset()
+    rng = np.random.default_rng(0)
+    per_step, resets, before = [], 0, 0
+    for _ in range(60):
+        actions = torch.from_numpy(rng.integers(0, 2, n))
+        with OpCounter() as counter:
+            _, _, terminated, truncated, _ = env.step(actions)
+        ended = host(terminated | truncated)
+        per_step.append(len(counter.ops))
+        hashed = [size for name, size in counter.ops if "bitwise_xor" in name]
+        reset_now = int(ended.sum()) if mode == "SameStep" else before  # NEXT_STEP: last step's
+        assert max(hashed, default=0) <= 4 * reset_now, "draws for every env"
+        before = int(ended.sum())
+        copied = [size for name, size in counter.ops if "copy" in name or "clone" in name]
+        assert max(copied, default=0) <= 4 * n, "a copy of a whole buffer"
+        resets += bool(ended.any())
+        if mode == "Disabled" and ended.any():
+            env.reset(options={"reset_mask": ended})
+    assert resets > 10
+    bound = {"host-numpy": 35, "torch-ops": 160}[arithmetic_route]
+    assert max(per_step) <= bound, per_step
 
 
 def test_per_env_params_move_to_the_device() -> None:
@@ -522,20 +596,38 @@ def test_per_env_params_move_to_the_device() -> None:
     assert moved.spread == params.spread and type(moved) is DriftParams
 
 
-def test_a_failing_kernel_leaves_no_half_made_step() -> None:
+def test_a_step_failing_part_way_refuses_steps_until_a_full_reset() -> None:
+    """No backup copy per step: a step that raises part-way leaves the envs half-stepped, so the
+    engine refuses to step (naming the first failure) until every env is reset; then it steps
+    exactly as a twin that never failed."""
     def exploding_step(state, params, actions, rng, obs, rewards, terminated):
         CARTPOLE.step_torch(state, params, actions, rng, obs, rewards, terminated)
-        raise RuntimeError("boom")
+        if explode:
+            raise RuntimeError("boom")
 
     import dataclasses
 
     spec = dataclasses.replace(CARTPOLE, step_torch=exploding_step)
     engine = TorchEngine(spec, 4, NEXT_STEP, spec.make_params(), 10)
-    engine.reset(None, np.arange(4, dtype=np.uint64))
-    before = snapshot(engine)
+    twin = TorchEngine(CARTPOLE, 4, NEXT_STEP, spec.make_params(), 10)
+    ones = np.ones(4, dtype=np.int64)
+    explode = True
+    for e in (engine, twin):
+        e.reset(None, np.arange(4, dtype=np.uint64))
     with pytest.raises(RuntimeError, match="boom"):
-        engine.step(np.ones(4, dtype=np.int64))
-    assert_same_buffers(snapshot(engine), before)
+        engine.step(ones)
+    explode = False
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"failed part-way \(RuntimeError: boom\)"):
+            engine.step(ones)
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        engine.reset(np.array([True, False, True, True]), None)  # not every env
+        engine.step(ones)
+    for e in (engine, twin):
+        e.reset(None, np.arange(4, dtype=np.uint64))
+    for _ in range(25):
+        assert engine.step(ones) == twin.step(ones)
+        assert_same_buffers(snapshot(engine), snapshot(twin))
     engine.close()
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):

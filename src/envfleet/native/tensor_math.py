@@ -1,8 +1,15 @@
-"""Math for the torch twins of the kernels, exact where it can be.
+"""Math for the torch twins of the kernels, exact where it can be, cheap where it can be.
 
 torch's vectorised CPU ``sin``/``cos`` differ from the C library's by one ulp on ~0.1% of
 inputs, so CPU trajectories would drift from Gymnasium's (and from the numba backend's) in the
 last bits. On CPU these take NumPy's, which agree with libm here; elsewhere, torch's.
+
+Host arithmetic: a CPU tensor and a NumPy view of it share memory, and NumPy's per-call cost on a
+small array is about a third of torch's (~0.5 us against ~1.5 us), while a large one costs the
+same single-threaded (torch's intra-op threads, besides, stall when other processes hold the
+cores). So a torch form may run its arithmetic through NumPy views of CPU tensors
+(``host_arrays``): the same ops in the same order, the same bits, outputs still the tensors.
+``HOST_NUMPY = False`` keeps every op in torch (what runs on other devices; tests check both).
 """
 
 from __future__ import annotations
@@ -11,9 +18,37 @@ from typing import Any
 
 import numpy as np
 
+#: run host (CPU) arithmetic of the batched forms through NumPy views (False: torch ops)
+HOST_NUMPY = True
+
+
+def on_host(x: Any) -> bool:
+    """Whether ``x`` (a tensor or array) should be computed on through NumPy views: a NumPy
+    array, or a CPU tensor while ``HOST_NUMPY`` is on."""
+    if isinstance(x, np.ndarray):
+        return True
+    return HOST_NUMPY and x.device.type == "cpu"
+
+
+def host_arrays(values: tuple) -> tuple:
+    """``values`` with each CPU tensor, and each CPU tensor field of a (Named)tuple in it,
+    replaced by a NumPy view of its memory (writes through); everything else unchanged."""
+    return tuple(_host_array(v) if not isinstance(v, tuple) else _host_tuple(v) for v in values)
+
+
+def _host_array(value: Any) -> Any:
+    return value.numpy() if getattr(value, "is_cpu", False) else value
+
+
+def _host_tuple(values: tuple) -> tuple:
+    items = [_host_array(v) for v in values]
+    return type(values)(*items) if hasattr(values, "_fields") else tuple(items)
+
 
 def cos(x: Any) -> Any:
-    """Elementwise cosine of a float64 tensor, libm-exact on CPU."""
+    """Elementwise cosine of a float64 tensor (or array), libm-exact on CPU."""
+    if isinstance(x, np.ndarray):
+        return np.cos(x)
     import torch
 
     if x.device.type == "cpu":
@@ -22,7 +57,9 @@ def cos(x: Any) -> Any:
 
 
 def sin(x: Any) -> Any:
-    """Elementwise sine of a float64 tensor, libm-exact on CPU."""
+    """Elementwise sine of a float64 tensor (or array), libm-exact on CPU."""
+    if isinstance(x, np.ndarray):
+        return np.sin(x)
     import torch
 
     if x.device.type == "cpu":
