@@ -587,6 +587,28 @@ def test_a_cartpole_step_is_a_handful_of_tensor_ops(mode: str, arithmetic_route:
     assert max(per_step) <= bound, per_step
 
 
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_per_env_params_step_and_reset_as_numba(mode: str) -> None:
+    """Per-env physics (and the per-env rows a reset gathers) give numba's trajectories."""
+    n = 24
+    per_env = {"masspole": np.linspace(0.05, 0.4, n), "force_mag": np.linspace(5.0, 15.0, n)}
+    kwargs = {"autoreset_mode": mode, "max_episode_steps": 25, "seed": 7, **per_env}
+    a = envfleet.make("CartPole-v1", n, backend="numba", **kwargs)
+    b = envfleet.make("CartPole-v1", n, backend="torch", **kwargs)
+    np.testing.assert_array_equal(a.reset()[0], host(b.reset()[0]))
+    rng = np.random.default_rng(4)
+    ended = 0
+    for _ in range(120):
+        actions = rng.integers(0, 2, n)
+        oa, ra, ta, tra, _ = a.step(actions)
+        ob, rb, tb, trb, _ = b.step(actions)
+        for x, y in ((oa, ob), (ra, rb), (ta, tb), (tra, trb)):
+            np.testing.assert_array_equal(x, host(y), strict=True)
+        np.testing.assert_array_equal(np.stack(a.state), np.stack([host(c) for c in b.state]))
+        ended += int((ta | tra).sum())
+    assert ended > n
+
+
 def test_per_env_params_move_to_the_device() -> None:
     from envfleet.native.torch_backend import params_to_device
 

@@ -191,14 +191,15 @@ def _signed_force(force_mag: Any, actions: Any) -> Any:
     if not isinstance(force_mag, float):  # one per env
         xp = np if isinstance(actions, np.ndarray) else _torch()
         return xp.where(actions == 1, force_mag, -force_mag)
-    if isinstance(actions, np.ndarray):
-        return np.array([-force_mag, force_mag]).take(actions)
-    key = (force_mag, actions.device)
+    host = isinstance(actions, np.ndarray)
+    key = (force_mag, "host" if host else actions.device)
     table = _FORCES.get(key)
     if table is None:
-        table = _FORCES[key] = _torch().tensor([-force_mag, force_mag], dtype=_torch().float64,
-                                               device=actions.device)
-    return table.index_select(0, actions)
+        table = np.array([-force_mag, force_mag])
+        if not host:
+            table = _torch().from_numpy(table).to(actions.device)
+        _FORCES[key] = table
+    return table.take(actions) if host else table.index_select(0, actions)
 
 
 _FORCES: dict[tuple, Any] = {}
@@ -222,8 +223,7 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     p = params
     x, x_dot, theta, theta_dot = state
     force = _signed_force(p.force_mag, actions)
-    costheta = tensor_math.cos(theta)
-    sintheta = tensor_math.sin(theta)
+    sintheta, costheta = tensor_math.sin_cos(theta)
     # temp = (force + polemass_length * theta_dot ** 2 * sintheta) / total_mass
     temp = theta_dot * theta_dot
     temp *= p.polemass_length

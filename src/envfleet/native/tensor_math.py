@@ -14,6 +14,8 @@ cores). So a torch form may run its arithmetic through NumPy views of CPU tensor
 
 from __future__ import annotations
 
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -32,8 +34,9 @@ def on_host(x: Any) -> bool:
 
 def host_arrays(values: tuple) -> tuple:
     """``values`` with each CPU tensor, and each CPU tensor field of a (Named)tuple in it,
-    replaced by a NumPy view of its memory (writes through); everything else unchanged."""
-    return tuple(_host_array(v) if not isinstance(v, tuple) else _host_tuple(v) for v in values)
+    replaced by a NumPy view of its memory (writes through); everything else unchanged. An
+    engine hands the same buffers every step: their views are kept (``_VIEWS``)."""
+    return tuple(_host_tuple(v) if isinstance(v, tuple) else _host_array(v) for v in values)
 
 
 def _host_array(value: Any) -> Any:
@@ -41,8 +44,23 @@ def _host_array(value: Any) -> Any:
 
 
 def _host_tuple(values: tuple) -> tuple:
+    cached = _VIEWS.get(id(values))
+    if cached is not None and cached[0] is values:
+        return cached[1]
     items = [_host_array(v) for v in values]
-    return type(values)(*items) if hasattr(values, "_fields") else tuple(items)
+    view = type(values)(*items) if hasattr(values, "_fields") else tuple(items)
+    if sum(getattr(v, "size", 0) for v in items) <= _CACHED_SIZE:
+        if len(_VIEWS) >= 64:  # a few engines' state and params records, no more
+            _VIEWS.pop(next(iter(_VIEWS)))
+        _VIEWS[id(values)] = (values, view)  # holds ``values``: its id is not reused meanwhile
+    return view
+
+
+#: the most elements a cached record holds: small batches, where the conversion shows (a large
+#: one's buffers are not kept alive by the cache)
+_CACHED_SIZE = 1 << 14
+#: id(tuple) -> (the tuple, its NumPy views): the records an engine passes every step
+_VIEWS: dict[int, tuple[tuple, tuple]] = {}
 
 
 def cos(x: Any) -> Any:
@@ -65,3 +83,31 @@ def sin(x: Any) -> Any:
     if x.device.type == "cpu":
         return torch.from_numpy(np.sin(x.numpy()))
     return torch.sin(x)
+
+
+#: the fewest elements for which ``sin_cos`` takes the cosines on a second thread (while torch
+#: may use more than one: ``torch.set_num_threads(1)`` keeps it on one)
+PARALLEL_TRIG_SIZE = 1 << 14
+_POOL: list[ThreadPoolExecutor] = []
+
+
+def sin_cos(x: Any) -> tuple[Any, Any]:
+    """``(sin(x), cos(x))`` of a float64 tensor (or array), libm-exact on CPU. On the host a
+    large batch takes the cosines on a helper thread meanwhile (NumPy lets go of the GIL):
+    libm's sin and cos are most of a CartPole step."""
+    if not (isinstance(x, np.ndarray) or x.device.type == "cpu"):
+        import torch
+
+        return torch.sin(x), torch.cos(x)
+    values = x if isinstance(x, np.ndarray) else x.numpy()
+    torch = sys.modules.get("torch")
+    if values.size >= PARALLEL_TRIG_SIZE and torch is not None and torch.get_num_threads() > 1:
+        if not _POOL:
+            _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="envfleet-trig"))
+        cosines = _POOL[0].submit(np.cos, values)
+        s, c = np.sin(values), cosines.result()
+    else:
+        s, c = np.sin(values), np.cos(values)
+    if isinstance(x, np.ndarray):
+        return s, c
+    return torch.from_numpy(s), torch.from_numpy(c)

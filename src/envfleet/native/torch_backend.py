@@ -253,6 +253,10 @@ class TorchEngine:
         return self.terminated | self.truncated
 
     def copy(self, array: Any) -> Any:
+        """A copy of one of the buffers: through NumPy on the host (one thread: torch's
+        parallel copy stalls when other processes hold the cores)."""
+        if self._host:
+            return torch.from_numpy(array.numpy().copy())
         return array.clone()
 
     def close(self) -> None:
@@ -372,8 +376,12 @@ class TorchEngine:
         fmt = self._format
         if self._host:
             values = a.numpy()
-            ok = (not values.size or (values.min() >= self._low and values.max() < self._high)
-                  if fmt.integer else bool(np.isfinite(values).all()))
+            if not fmt.integer:
+                ok = bool(np.isfinite(values).all())
+            elif values.size <= 8:  # a few: Python is quicker than two reductions
+                ok = all(self._low <= v < self._high for v in values.tolist())
+            else:
+                ok = values.min() >= self._low and values.max() < self._high
             ok = ok and not (self.mode == DISABLED and self._maybe_pending
                              and self._b.pending.any())
         else:
