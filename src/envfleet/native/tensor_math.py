@@ -14,6 +14,7 @@ cores). So a torch form may run its arithmetic through NumPy views of CPU tensor
 
 from __future__ import annotations
 
+import os
 import sys
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any
@@ -88,7 +89,7 @@ def sin(x: Any) -> Any:
 #: the fewest elements for which ``sin_cos`` takes the cosines on a second thread (while torch
 #: may use more than one: ``torch.set_num_threads(1)`` keeps it on one)
 PARALLEL_TRIG_SIZE = 1 << 14
-_POOL: list[ThreadPoolExecutor] = []
+_POOL: list[Any] = []  # [the pid that started it, the executor]
 
 
 def sin_cos(x: Any) -> tuple[Any, Any]:
@@ -102,9 +103,9 @@ def sin_cos(x: Any) -> tuple[Any, Any]:
     values = x if isinstance(x, np.ndarray) else x.numpy()
     torch = sys.modules.get("torch")
     if values.size >= PARALLEL_TRIG_SIZE and torch is not None and torch.get_num_threads() > 1:
-        if not _POOL:
-            _POOL.append(ThreadPoolExecutor(1, thread_name_prefix="envfleet-trig"))
-        cosines = _POOL[0].submit(np.cos, values)
+        if not _POOL or _POOL[0] != os.getpid():  # a forked child has no helper thread
+            _POOL[:] = [os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="envfleet-trig")]
+        cosines = _POOL[1].submit(np.cos, values)
         s, c = np.sin(values), cosines.result()
     else:
         s, c = np.sin(values), np.cos(values)
