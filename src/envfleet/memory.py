@@ -48,7 +48,7 @@ def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str) -> int:
     action = 8 * math.prod(spec.action_space.shape or ())
     per_env = state + 2 * obs + action + _NATIVE_OVERHEAD  # obs and final_obs
     if backend == "torch":
-        per_env += state + obs + 24  # a step backs up the arena (state, obs, counters, flags)
+        per_env += state + obs + 24  # a step's temporaries (the family's arithmetic, gathers)
     return per_env * num_envs
 
 

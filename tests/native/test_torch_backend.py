@@ -21,17 +21,34 @@ from numba import njit
 
 import envfleet
 from envfleet.envs.cartpole import SPEC as CARTPOLE
+from envfleet.native import tensor_math
 from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
 from envfleet.native.jit import kernel_function
 from envfleet.native.numba_backend import NumbaEngine
-from envfleet.native.rng import env_uniform, env_uniform_torch, random_u64, random_u64_torch
+from envfleet.native.rng import (
+    env_uniform,
+    env_uniform_torch,
+    env_uniforms_torch,
+    random_u64,
+    random_u64_torch,
+)
 from envfleet.native.spec import NativeEnvSpec
 
 torch = pytest.importorskip("torch")
+from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
+
 from envfleet.native.torch_backend import TorchEngine  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MODES = ["NextStep", "SameStep", "Disabled"]
+
+
+@pytest.fixture(autouse=True, params=["host-numpy", "torch-ops"])
+def arithmetic_route(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Every test runs twice: CPU arithmetic through NumPy views of the tensors (the default),
+    and through torch ops, the route every other device takes."""
+    monkeypatch.setattr(tensor_math, "HOST_NUMPY", request.param == "host-numpy", raising=False)
+    return request.param
 
 
 def host(x) -> np.ndarray:
@@ -511,6 +528,106 @@ def test_rng_torch_twin_is_bit_identical() -> None:
         assert ((expected >= low) & (expected < high)).all()
     bits = random_u64_torch(*rng_torch).numpy().view(np.uint64)
     np.testing.assert_array_equal(bits, expected_bits)
+    # the batched draws (one hash of seed and episode per env): column k is draw k
+    per_env_low = torch.from_numpy(r.uniform(-2.0, 0.0, size))
+    for count, low, high in ((4, -0.05, 0.05), (3, per_env_low, 1.0), (1, -1.0, 3.0)):
+        batch = env_uniforms_torch(rng_torch, count, low, high)
+        assert batch.shape == (size, count) and batch.dtype == torch.float64
+        for k in range(count):
+            host_low = low.numpy() if isinstance(low, torch.Tensor) else low
+            with np.errstate(over="ignore"):  # the kernel in Python: NumPy scalars wrap
+                expected = np.array([env_uniform((seeds, episodes, steps), i, k,
+                                                 float(np.broadcast_to(host_low, size)[i]), high)
+                                     for i in range(0, size, 97)])
+            np.testing.assert_array_equal(batch[::97, k].numpy().view(np.uint64),
+                                          expected.view(np.uint64))
+
+
+class OpCounter(TorchDispatchMode):
+    """Records every aten op dispatched while active: its name and its output's size."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple[str, int]] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        self.ops.append((str(func), out.numel() if isinstance(out, torch.Tensor) else 0))
+        return out
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_a_cartpole_step_is_a_handful_of_tensor_ops(mode: str, arithmetic_route: str) -> None:
+    """Whole-batch ops only, no per-step copy of the buffers, and random draws only for the
+    envs that reset (the old driver: ~280 ops a step at 1,024 envs, its draws over every env,
+    and a backup copy of every buffer)."""
+    n = 1024
+    env = envfleet.make("CartPole-v1", n, backend="torch", seed=3, autoreset_mode=mode,
+                        copy=False)
+    env.reset()
+    rng = np.random.default_rng(0)
+    per_step, resets, before = [], 0, 0
+    for _ in range(60):
+        actions = torch.from_numpy(rng.integers(0, 2, n))
+        with OpCounter() as counter:
+            _, _, terminated, truncated, _ = env.step(actions)
+        ended = host(terminated | truncated)
+        per_step.append(len(counter.ops))
+        hashed = [size for name, size in counter.ops if "bitwise_xor" in name]
+        reset_now = int(ended.sum()) if mode == "SameStep" else before  # NEXT_STEP: last step's
+        assert max(hashed, default=0) <= 4 * reset_now, "draws for every env"
+        before = int(ended.sum())
+        copied = [size for name, size in counter.ops if "copy" in name or "clone" in name]
+        assert max(copied, default=0) <= 4 * n, "a copy of a whole buffer"
+        resets += bool(ended.any())
+        if mode == "Disabled" and ended.any():
+            env.reset(options={"reset_mask": ended})
+    assert resets > 10
+    bound = {"host-numpy": 35, "torch-ops": 160}[arithmetic_route]
+    assert max(per_step) <= bound, per_step
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_per_env_params_step_and_reset_as_numba(mode: str) -> None:
+    """Per-env physics (and the per-env rows a reset gathers) give numba's trajectories."""
+    n = 24
+    per_env = {"masspole": np.linspace(0.05, 0.4, n), "force_mag": np.linspace(5.0, 15.0, n)}
+    kwargs = {"autoreset_mode": mode, "max_episode_steps": 25, "seed": 7, **per_env}
+    a = envfleet.make("CartPole-v1", n, backend="numba", **kwargs)
+    b = envfleet.make("CartPole-v1", n, backend="torch", **kwargs)
+    np.testing.assert_array_equal(a.reset()[0], host(b.reset()[0]))
+    rng = np.random.default_rng(4)
+    ended = 0
+    for _ in range(120):
+        actions = rng.integers(0, 2, n)
+        oa, ra, ta, tra, _ = a.step(actions)
+        ob, rb, tb, trb, _ = b.step(actions)
+        for x, y in ((oa, ob), (ra, rb), (ta, tb), (tra, trb)):
+            np.testing.assert_array_equal(x, host(y), strict=True)
+        np.testing.assert_array_equal(np.stack(a.state), np.stack([host(c) for c in b.state]))
+        ended += int((ta | tra).sum())
+    assert ended > n
+
+
+def test_sin_cos_takes_libm_values_on_the_helper_thread(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Large batches take the cosines on a helper thread: the same values as NumPy's (libm's),
+    tensors in, tensors out, and a forked child starts its own helper (it would hang on the
+    parent's, which the fork did not copy)."""
+    import os
+
+    monkeypatch.setattr(torch, "get_num_threads", lambda: 2)
+    monkeypatch.setattr(tensor_math, "PARALLEL_TRIG_SIZE", 64)
+    x = np.random.default_rng(0).uniform(-4, 4, 1000)
+    s, c = tensor_math.sin_cos(torch.from_numpy(x))
+    assert isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
+    np.testing.assert_array_equal(s.numpy(), np.sin(x))
+    np.testing.assert_array_equal(c.numpy(), np.cos(x))
+    if hasattr(os, "fork"):
+        child = os.fork()
+        if child == 0:  # pragma: no cover - the child's exit status is the check
+            ok = np.array_equal(tensor_math.sin_cos(x)[1], np.cos(x))
+            os._exit(0 if ok else 1)
+        assert os.waitpid(child, 0)[1] == 0
 
 
 def test_per_env_params_move_to_the_device() -> None:
@@ -522,20 +639,38 @@ def test_per_env_params_move_to_the_device() -> None:
     assert moved.spread == params.spread and type(moved) is DriftParams
 
 
-def test_a_failing_kernel_leaves_no_half_made_step() -> None:
+def test_a_step_failing_part_way_refuses_steps_until_a_full_reset() -> None:
+    """No backup copy per step: a step that raises part-way leaves the envs half-stepped, so the
+    engine refuses to step (naming the first failure) until every env is reset; then it steps
+    exactly as a twin that never failed."""
     def exploding_step(state, params, actions, rng, obs, rewards, terminated):
         CARTPOLE.step_torch(state, params, actions, rng, obs, rewards, terminated)
-        raise RuntimeError("boom")
+        if explode:
+            raise RuntimeError("boom")
 
     import dataclasses
 
     spec = dataclasses.replace(CARTPOLE, step_torch=exploding_step)
     engine = TorchEngine(spec, 4, NEXT_STEP, spec.make_params(), 10)
-    engine.reset(None, np.arange(4, dtype=np.uint64))
-    before = snapshot(engine)
+    twin = TorchEngine(CARTPOLE, 4, NEXT_STEP, spec.make_params(), 10)
+    ones = np.ones(4, dtype=np.int64)
+    explode = True
+    for e in (engine, twin):
+        e.reset(None, np.arange(4, dtype=np.uint64))
     with pytest.raises(RuntimeError, match="boom"):
-        engine.step(np.ones(4, dtype=np.int64))
-    assert_same_buffers(snapshot(engine), before)
+        engine.step(ones)
+    explode = False
+    for _ in range(2):
+        with pytest.raises(RuntimeError, match=r"failed part-way \(RuntimeError: boom\)"):
+            engine.step(ones)
+    with pytest.raises(RuntimeError, match="failed part-way"):
+        engine.reset(np.array([True, False, True, True]), None)  # not every env
+        engine.step(ones)
+    for e in (engine, twin):
+        e.reset(None, np.arange(4, dtype=np.uint64))
+    for _ in range(25):
+        assert engine.step(ones) == twin.step(ones)
+        assert_same_buffers(snapshot(engine), snapshot(twin))
     engine.close()
     engine.close()
     with pytest.raises(RuntimeError, match="closed"):

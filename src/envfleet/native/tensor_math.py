@@ -1,19 +1,73 @@
-"""Math for the torch twins of the kernels, exact where it can be.
+"""Math for the torch twins of the kernels, exact where it can be, cheap where it can be.
 
 torch's vectorised CPU ``sin``/``cos`` differ from the C library's by one ulp on ~0.1% of
 inputs, so CPU trajectories would drift from Gymnasium's (and from the numba backend's) in the
 last bits. On CPU these take NumPy's, which agree with libm here; elsewhere, torch's.
+
+Host arithmetic: a CPU tensor and a NumPy view of it share memory, and NumPy's per-call cost on a
+small array is about a third of torch's (~0.5 us against ~1.5 us), while a large one costs the
+same single-threaded (torch's intra-op threads, besides, stall when other processes hold the
+cores). So a torch form may run its arithmetic through NumPy views of CPU tensors
+(``host_arrays``): the same ops in the same order, the same bits, outputs still the tensors.
+``HOST_NUMPY = False`` keeps every op in torch (what runs on other devices; tests check both).
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
 
+#: run host (CPU) arithmetic of the batched forms through NumPy views (False: torch ops)
+HOST_NUMPY = True
+
+
+def on_host(x: Any) -> bool:
+    """Whether ``x`` (a tensor or array) should be computed on through NumPy views: a NumPy
+    array, or a CPU tensor while ``HOST_NUMPY`` is on."""
+    if isinstance(x, np.ndarray):
+        return True
+    return HOST_NUMPY and x.device.type == "cpu"
+
+
+def host_arrays(values: tuple) -> tuple:
+    """``values`` with each CPU tensor, and each CPU tensor field of a (Named)tuple in it,
+    replaced by a NumPy view of its memory (writes through); everything else unchanged. An
+    engine hands the same buffers every step: their views are kept (``_VIEWS``)."""
+    return tuple(_host_tuple(v) if isinstance(v, tuple) else _host_array(v) for v in values)
+
+
+def _host_array(value: Any) -> Any:
+    return value.numpy() if getattr(value, "is_cpu", False) else value
+
+
+def _host_tuple(values: tuple) -> tuple:
+    cached = _VIEWS.get(id(values))
+    if cached is not None and cached[0] is values:
+        return cached[1]
+    items = [_host_array(v) for v in values]
+    view = type(values)(*items) if hasattr(values, "_fields") else tuple(items)
+    if sum(getattr(v, "size", 0) for v in items) <= _CACHED_SIZE:
+        if len(_VIEWS) >= 64:  # a few engines' state and params records, no more
+            _VIEWS.pop(next(iter(_VIEWS)))
+        _VIEWS[id(values)] = (values, view)  # holds ``values``: its id is not reused meanwhile
+    return view
+
+
+#: the most elements a cached record holds: small batches, where the conversion shows (a large
+#: one's buffers are not kept alive by the cache)
+_CACHED_SIZE = 1 << 14
+#: id(tuple) -> (the tuple, its NumPy views): the records an engine passes every step
+_VIEWS: dict[int, tuple[tuple, tuple]] = {}
+
 
 def cos(x: Any) -> Any:
-    """Elementwise cosine of a float64 tensor, libm-exact on CPU."""
+    """Elementwise cosine of a float64 tensor (or array), libm-exact on CPU."""
+    if isinstance(x, np.ndarray):
+        return np.cos(x)
     import torch
 
     if x.device.type == "cpu":
@@ -22,9 +76,39 @@ def cos(x: Any) -> Any:
 
 
 def sin(x: Any) -> Any:
-    """Elementwise sine of a float64 tensor, libm-exact on CPU."""
+    """Elementwise sine of a float64 tensor (or array), libm-exact on CPU."""
+    if isinstance(x, np.ndarray):
+        return np.sin(x)
     import torch
 
     if x.device.type == "cpu":
         return torch.from_numpy(np.sin(x.numpy()))
     return torch.sin(x)
+
+
+#: the fewest elements for which ``sin_cos`` takes the cosines on a second thread (while torch
+#: may use more than one: ``torch.set_num_threads(1)`` keeps it on one)
+PARALLEL_TRIG_SIZE = 1 << 14
+_POOL: list[Any] = []  # [the pid that started it, the executor]
+
+
+def sin_cos(x: Any) -> tuple[Any, Any]:
+    """``(sin(x), cos(x))`` of a float64 tensor (or array), libm-exact on CPU. On the host a
+    large batch takes the cosines on a helper thread meanwhile (NumPy lets go of the GIL):
+    libm's sin and cos are most of a CartPole step."""
+    if not (isinstance(x, np.ndarray) or x.device.type == "cpu"):
+        import torch
+
+        return torch.sin(x), torch.cos(x)
+    values = x if isinstance(x, np.ndarray) else x.numpy()
+    torch = sys.modules.get("torch")
+    if values.size >= PARALLEL_TRIG_SIZE and torch is not None and torch.get_num_threads() > 1:
+        if not _POOL or _POOL[0] != os.getpid():  # a forked child has no helper thread
+            _POOL[:] = [os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="envfleet-trig")]
+        cosines = _POOL[1].submit(np.cos, values)
+        s, c = np.sin(values), cosines.result()
+    else:
+        s, c = np.sin(values), np.cos(values)
+    if isinstance(x, np.ndarray):
+        return s, c
+    return torch.from_numpy(s), torch.from_numpy(c)

@@ -19,12 +19,14 @@ batch of counter-based random draws) out of steps where no env needs it.
 
 from __future__ import annotations
 
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 import torch
 
 from envfleet.contract import check_action_batch
+from envfleet.native import tensor_math
 from envfleet.native.driver import (
     DISABLED,
     NEXT_STEP,
@@ -94,6 +96,8 @@ class TorchEngine:
     Discrete and rows (num_envs, action_size) of the space's dtype for Box; ``rng`` is the
     (seeds, episodes, steps) triple of int64 tensors that ``rng.env_uniform_torch`` takes.
     State columns keep their declared dtype, except wide unsigned ones (``state_dtype``).
+    ``reset_torch`` gets only the envs that reset, gathered into a smaller batch (``mask`` all
+    set), so its random draws cost nothing for the others.
     """
 
     def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
@@ -101,20 +105,19 @@ class TorchEngine:
         if mode not in (NEXT_STEP, SAME_STEP, DISABLED):
             raise ValueError(f"unknown autoreset mode code {mode!r}")
         self.device = resolve_device(device)
+        self._host = self.device.type == "cpu"  # host memory: NumPy views, no syncs
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.max_episode_steps = max_episode_steps
         split_params(spec, params, num_envs)  # checks each per-env array's shape
         self.params = params_to_device(params, self.device)
+        self._per_env = tuple(name for name, value in zip(
+            getattr(self.params, "_fields", ()), self.params, strict=True)
+            if isinstance(value, torch.Tensor))
         self._format = fmt = action_format(spec.action_space)
         self._action_dtype = torch_dtype(fmt.dtype)
         self._check_actions = self._discrete_ok if fmt.integer else self._box_ok
         if fmt.integer:
             self._low, self._high = fmt.bounds
-            self._fallback = torch.tensor(self._low, dtype=torch.int64, device=self.device)
-        else:
-            low, high = fmt.bounds
-            self._fallback = torch.as_tensor(np.clip(0.0, low, high), dtype=self._action_dtype,
-                                             device=self.device)
 
         n = num_envs
         obs_space = spec.observation_space
@@ -130,12 +133,7 @@ class TorchEngine:
             ("truncated", torch.bool, (n,)),
             ("pending", torch.bool, (n,)),
         ]
-        views, arena = self._allocate(layout)
-        # A step changes only what is in the arena (seeds and final_obs stay outside). Copied
-        # as 8-byte words: an eighth of the elements, so small batches stay below torch's
-        # threshold for splitting a copy across threads.
-        self._arena = arena.view(torch.int64)
-        self._backup = torch.empty_like(self._arena)
+        views = self._allocate(layout)
         State = spec.state_type
         self.state = State(*(views[f"state.{name}"] for name in spec.state))
         self.obs = views["obs"]
@@ -151,11 +149,29 @@ class TorchEngine:
         self.rng = (seeds, views["episodes"], views["steps"])
         self._done = torch.zeros(n, dtype=torch.bool, device=self.device)
         self._all = torch.ones(n, dtype=torch.bool, device=self.device)
-        # Host-side hint, from numbers already read back: may an env be pending (NEXT_STEP)?
-        self._maybe_pending = True
+        # The driver's bookkeeping runs on ``_b``: NumPy views of these tensors on the host
+        # (``tensor_math.HOST_NUMPY``: a third of torch's per-call cost), the tensors elsewhere.
+        self._host = self._host and tensor_math.HOST_NUMPY
+        self._xp: Any = np if self._host else torch
+        view = (lambda t: t.numpy()) if self._host else (lambda t: t)
+        self._b = SimpleNamespace(
+            state=tuple(view(c) for c in self.state), seeds=view(seeds),
+            episodes=view(views["episodes"]), steps=view(views["steps"]),
+            obs_rows=view(self._obs_rows), final_rows=view(self._final_obs_rows),
+            rewards=view(self.rewards), terminated=view(self.terminated),
+            truncated=view(self.truncated), pending=view(self.pending), done=view(self._done),
+            per_env={name: view(getattr(self.params, name)) for name in self._per_env})
+        self._tensor = torch.from_numpy if self._host else (lambda t: t)
+        #: NEXT_STEP: the envs this step resets (those that ended the last one), or None
+        self._pending_rows: torch.Tensor | None = None
+        #: SAME_STEP: the rows of ``final_obs`` that are not zero
+        self._final_rows: torch.Tensor | None = None
+        # Host-side hint, from numbers already read back: may an env be pending?
+        self._maybe_pending = False
+        self._broken = ""  # why the buffers cannot be trusted until a full reset
         self._closed = False
 
-    def _allocate(self, layout: list) -> tuple[dict[str, torch.Tensor], torch.Tensor]:
+    def _allocate(self, layout: list) -> dict[str, torch.Tensor]:
         """One zeroed byte arena holding every buffer in ``layout``, and a view per buffer."""
         offsets, size = [], 0
         for _, dtype, shape in layout:
@@ -167,7 +183,7 @@ class TorchEngine:
         for (name, dtype, shape), start in zip(layout, offsets, strict=True):
             nbytes = int(np.prod(shape)) * dtype.itemsize
             views[name] = arena[start:start + nbytes].view(dtype).view(shape)
-        return views, arena
+        return views
 
     # --- the Engine interface ------------------------------------------------------------------
 
@@ -177,48 +193,52 @@ class TorchEngine:
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         """Reset the masked envs (all when None), reseeding them with ``new_seeds`` if given."""
         self._check_open()
-        seeds, episodes, steps = self.rng
-        m = self._all if mask is None else torch.as_tensor(
-            np.asarray(mask, dtype=np.bool_), device=self.device)
+        if mask is not None and bool(np.all(mask)):
+            mask = None
+        if mask is None:
+            rows = None
+        else:
+            rows = np.flatnonzero(mask)
+            if not rows.size:
+                return
+            if not self._host:
+                rows = torch.as_tensor(rows, device=self.device)
         if new_seeds is not None:
             bits = np.ascontiguousarray(new_seeds, dtype=np.uint64).view(np.int64)
-            fresh = torch.as_tensor(bits.copy(), device=self.device)
-            seeds.copy_(torch.where(m, fresh, seeds))
-            episodes.masked_fill_(m, 0)
+            if mask is not None:
+                bits = bits[mask]
+            new_seeds = bits.copy() if self._host else torch.as_tensor(bits.copy(),
+                                                                        device=self.device)
+        self._reset_rows(rows, new_seeds)
+        if rows is None:
+            self._b.pending[...] = False
+            self._pending_rows, self._maybe_pending, self._broken = None, False, ""
         else:
-            episodes.add_(m)
-        steps.masked_fill_(m, 0)
-        self.spec.reset_torch(m, self.state, self.params, self.rng, self._obs_rows)
-        self.pending.masked_fill_(m, False)
-        if mask is None:
-            self._maybe_pending = False
+            self._b.pending[rows] = False
+            if self.mode == NEXT_STEP and self._pending_rows is not None:
+                self._pending_rows = self._nonzero(self._b.pending)
+                if not len(self._pending_rows):
+                    self._pending_rows = None
 
     def step(self, actions: Any) -> int:
         """Validate then step every env; return how many episodes ended.
 
         A refused step (a bad action, or DISABLED and an env that needs a reset) raises
-        ``ValueError`` naming the first refused env and leaves every buffer as it was.
+        ``ValueError`` naming the first refused env before any buffer changes. A step that
+        fails part-way (an error in the family's code, an interrupt) leaves the envs
+        half-stepped: the engine then refuses to step until every env is reset.
         """
         self._check_open()
+        if self._broken:
+            raise RuntimeError(f"{self.spec.id}: an earlier step failed part-way "
+                               f"({self._broken}); reset() every env before stepping again")
         a = self._device_actions(actions)
-        valid = self._check_actions(a)
-        if self.mode == DISABLED:
-            valid = valid & ~self.pending
-        safe = torch.where(valid.view((-1,) + (1,) * (a.dim() - 1)), a, self._fallback)
-        self._backup.copy_(self._arena)
+        self._refuse(a)
         try:
-            ended = self._advance(safe)
-            refused, ended = torch.stack(((~valid).sum(), ended.sum())).tolist()
-            if not refused and self.mode == SAME_STEP and ended:
-                self._finish()
-        except BaseException:  # a failing kernel or an interrupt: leave no half-made step
-            self._arena.copy_(self._backup)
+            ended = self._advance(a)
+        except BaseException as error:  # the buffers are half-stepped: no step until a reset
+            self._broken = f"{type(error).__name__}: {error}"
             raise
-        if refused:
-            self._arena.copy_(self._backup)
-            index = int(torch.nonzero(~valid)[0, 0])
-            raise refused_step_error(self.spec, index, a,
-                                     self.mode == DISABLED and bool(self.pending[index]))
         self._maybe_pending = ended > 0
         return ended
 
@@ -233,13 +253,17 @@ class TorchEngine:
         return self.terminated | self.truncated
 
     def copy(self, array: Any) -> Any:
+        """A copy of one of the buffers: through NumPy on the host (one thread: torch's
+        parallel copy stalls when other processes hold the cores)."""
+        if self._host:
+            return torch.from_numpy(array.numpy().copy())
         return array.clone()
 
     def close(self) -> None:
         """Drop the scratch buffers; the outputs stay readable until the engine is dropped."""
         if not self._closed:
             self._closed = True
-            self._backup = self._done = None
+            self._pending_rows = self._final_rows = None
 
     def _check_open(self) -> None:
         if self._closed:
@@ -247,39 +271,90 @@ class TorchEngine:
 
     # --- the driver, over the whole batch --------------------------------------------------
 
-    def _advance(self, actions: torch.Tensor) -> torch.Tensor:
-        """Step every env (NEXT_STEP: reset the pending ones instead); the envs that ended.
+    def _advance(self, actions: torch.Tensor) -> int:
+        """Step every env (NEXT_STEP: reset the pending ones instead); how many ended.
 
-        As ``driver.make_driver``'s ``begin`` + ``advance``: the family steps the whole batch,
-        then the envs that were pending are reset over it, with reward 0 and both flags off.
+        As ``driver.make_driver``'s ``begin`` + ``advance`` + ``finish``: the family steps the
+        whole batch, then the envs that were pending are reset over it, with reward 0 and both
+        flags off; SAME_STEP keeps the ended envs' observations and resets them.
         """
-        _, episodes, steps = self.rng
+        b, xp = self._b, self._xp
         self.spec.step_torch(self.state, self.params, actions, self.rng, self._obs_rows,
                              self.rewards, self.terminated)
-        steps.add_(1)
-        torch.ge(steps, self.max_episode_steps, out=self.truncated)
-        if self.mode == NEXT_STEP and self._maybe_pending:
-            p = self.pending
-            episodes.add_(p)
-            steps.masked_fill_(p, 0)
-            self.spec.reset_torch(p, self.state, self.params, self.rng, self._obs_rows)
-            self.rewards.masked_fill_(p, 0.0)
-            self.terminated.masked_fill_(p, False)
-            self.truncated.masked_fill_(p, False)
-        done = torch.logical_or(self.terminated, self.truncated, out=self._done)
+        b.steps += 1
+        xp.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
+        rows = self._pending_rows
+        if self.mode == NEXT_STEP and rows is not None:
+            self._reset_rows(rows, None)
+            b.rewards[rows] = 0.0
+            b.terminated[rows] = False
+            b.truncated[rows] = False
+        done = xp.logical_or(b.terminated, b.truncated, out=b.done)
+        rows = self._nonzero(done)  # one read back (a sync on a GPU)
+        ended = len(rows)
         if self.mode != SAME_STEP:
-            self.pending.copy_(done)
-        return done
+            b.pending[...] = done
+        if self.mode == NEXT_STEP:
+            self._pending_rows = rows if ended else None
+        elif self.mode == SAME_STEP and ended:
+            self._finish(rows)
+        return ended
 
-    def _finish(self) -> None:
-        """SAME_STEP: keep the ended envs' final observations, then start their next episode."""
-        _, episodes, steps = self.rng
-        done = self._done
-        rows = self._final_obs_rows
-        rows.copy_(torch.where(done.view(-1, 1), self._obs_rows, 0))  # zero where not done
-        episodes.add_(done)
-        steps.masked_fill_(done, 0)
-        self.spec.reset_torch(done, self.state, self.params, self.rng, self._obs_rows)
+    def _finish(self, rows: Any) -> None:
+        """SAME_STEP: keep the ended envs' final observations (the other rows of ``final_obs``
+        zero), then start their next episode."""
+        final = self._b.final_rows
+        if self._final_rows is not None:
+            final[self._final_rows] = 0
+        final[rows] = self._b.obs_rows[rows]
+        self._final_rows = rows
+        self._reset_rows(rows, None)
+
+    def _reset_rows(self, rows: Any, new_seeds: Any) -> None:
+        """Start a new episode in the envs ``rows`` (all when None): their episode counter
+        advances (or restarts at 0 with ``new_seeds``, one per row), their step counter restarts,
+        and the family resets them, seeing only those rows (gathered into a smaller batch)."""
+        b, xp = self._b, self._xp
+        if rows is None:
+            if new_seeds is None:
+                b.episodes += 1
+            else:
+                b.seeds[...] = new_seeds
+                b.episodes[...] = 0
+            b.steps[...] = 0
+            self.spec.reset_torch(self._all, self.state, self.params, self.rng, self._obs_rows)
+            return
+        if new_seeds is None:
+            row_seeds = b.seeds[rows]
+            row_episodes = b.episodes[rows]
+            row_episodes += 1
+        else:
+            row_seeds, row_episodes = new_seeds, xp.zeros_like(new_seeds)
+        k = len(rows)
+        tensor = self._tensor
+        state = tuple(column[rows] for column in b.state)
+        obs = xp.empty_like(b.obs_rows[:k])
+        params = self.params
+        if self._per_env:
+            params = params._replace(**{name: tensor(column[rows])
+                                        for name, column in b.per_env.items()})
+        row_rng = (tensor(row_seeds), tensor(row_episodes), tensor(xp.zeros_like(row_episodes)))
+        self.spec.reset_torch(self._all[:k], type(self.state)(*map(tensor, state)), params,
+                              row_rng, tensor(obs))
+        for column, values in zip(b.state, state, strict=True):
+            column[rows] = values
+        b.obs_rows[rows] = obs
+        if new_seeds is not None:
+            b.seeds[rows] = row_seeds
+        b.episodes[rows] = row_episodes
+        b.steps[rows] = 0
+
+    def _nonzero(self, mask: Any) -> Any:
+        """The indices where ``mask`` (one of ``_b``'s) is set: a NumPy array on the host, an
+        int64 tensor elsewhere."""
+        if self._host:
+            return np.flatnonzero(mask)
+        return torch.nonzero(mask).view(-1)
 
     # --- action checks ---------------------------------------------------------------------
 
@@ -294,6 +369,34 @@ class TorchEngine:
                 a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
         a = a.to(self.device, self._action_dtype)
         return a if fmt.integer else a.reshape(n, -1)
+
+    def _refuse(self, a: torch.Tensor) -> None:
+        """Raise the error for the first refused env (a bad action, or DISABLED and an env that
+        needs a reset), before anything moves: one read back, NumPy views on the host."""
+        fmt = self._format
+        if self._host:
+            values = a.numpy()
+            if not fmt.integer:
+                ok = bool(np.isfinite(values).all())
+            elif values.size <= 8:  # a few: Python is quicker than two reductions
+                ok = all(self._low <= v < self._high for v in values.tolist())
+            else:
+                ok = values.min() >= self._low and values.max() < self._high
+            ok = ok and not (self.mode == DISABLED and self._maybe_pending
+                             and self._b.pending.any())
+        else:
+            valid = self._check_actions(a)
+            if self.mode == DISABLED and self._maybe_pending:
+                valid = valid & ~self.pending
+            ok = bool(valid.all())
+        if ok:
+            return
+        valid = self._check_actions(a)
+        if self.mode == DISABLED:
+            valid = valid & ~self.pending
+        index = int(torch.nonzero(~valid)[0, 0])
+        raise refused_step_error(self.spec, index, a,
+                                 self.mode == DISABLED and bool(self.pending[index]))
 
     def _discrete_ok(self, a: torch.Tensor) -> torch.Tensor:
         return (a >= self._low) & (a < self._high)

@@ -1,0 +1,129 @@
+#!/usr/bin/env python
+"""The torch backend on CPU next to Gymnasium's NumPy CartPole, in one run: steps/s at a large
+batch (rounds alternate between the two, each row the median round), the per-call time at one
+env, and the tensor ops a step issues (counted with ``TorchDispatchMode``).
+
+    .venv/bin/python scripts/bench_torch.py [--num-envs 65536] [--rounds 5] [--threads 1,2]
+
+Random actions (pre-drawn), autoreset on, ``copy=True`` (the default) for both. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+
+import gymnasium as gym
+import numpy as np
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+import envfleet
+
+
+class OpCounter(TorchDispatchMode):
+    """Counts the aten ops dispatched while active."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.count = 0
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.count += 1
+        return func(*args, **(kwargs or {}))
+
+
+def stepper(env, num_envs: int, as_tensor: bool, seed: int = 0) -> Callable[[int], None]:
+    """``run(k)``: k steps of a vector env with pre-drawn random actions."""
+    env.reset(seed=seed)
+    batches = np.random.default_rng(seed).integers(0, 2, (16, num_envs))
+    if as_tensor:
+        batches = torch.from_numpy(batches)
+
+    def run(k: int) -> None:
+        for t in range(k):
+            env.step(batches[t % 16])
+
+    return run
+
+
+def timed(run: Callable[[int], None], steps: int) -> float:
+    t0 = time.perf_counter()
+    run(steps)
+    return time.perf_counter() - t0
+
+
+def ops_per_step(num_envs: int, mode: str, steps: int = 200) -> float:
+    """Mean aten ops per ``step`` of torch CartPole (random actions, autoreset ``mode``)."""
+    env = envfleet.make("CartPole-v1", num_envs, backend="torch", seed=0, autoreset_mode=mode)
+    run = stepper(env, num_envs, True)
+    run(20)
+    with OpCounter() as counter:
+        run(steps)
+    return counter.count / steps
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--num-envs", type=int, default=65536)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--seconds", type=float, default=0.5, help="per round and series")
+    parser.add_argument("--threads", default="1,2", help="torch intra-op thread counts")
+    args = parser.parse_args()
+    with open("/proc/cpuinfo") as info:
+        cpu = next((line.split(":", 1)[1].strip() for line in info
+                    if line.startswith("model name")), platform.processor())
+    print(f"CPU: {cpu}, {os.cpu_count()} cores; torch {torch.__version__}; "
+          f"load average before: {os.getloadavg()}")
+    for mode in ("NextStep", "SameStep"):
+        print(f"torch ops per step, {mode}: 1 env {ops_per_step(1, mode):.1f}, "
+              f"1024 envs {ops_per_step(1024, mode):.1f}")
+
+    n = args.num_envs
+    series = {"gym-numpy": stepper(gym.make_vec("CartPole-v1", n,
+                                                vectorization_mode="vector_entry_point"), n,
+                                   False)}
+    threads = [int(t) for t in args.threads.split(",")]
+    torch_env = envfleet.make("CartPole-v1", n, backend="torch", seed=0)
+    torch_run = stepper(torch_env, n, True)
+    for t in threads:
+        def run(k: int, t: int = t) -> None:
+            torch.set_num_threads(t)
+            torch_run(k)
+        series[f"torch ({t} thr)"] = run
+    steps = {name: 3 for name in series}
+    for name, run in series.items():  # warm up, then size each round to ~seconds
+        run(2)
+        steps[name] = max(3, int(args.seconds / (timed(run, 3) / 3)))
+    rates: dict[str, list[float]] = {name: [] for name in series}
+    for _ in range(args.rounds):
+        for name, run in series.items():
+            rates[name].append(steps[name] * n / timed(run, steps[name]))
+    base = statistics.median(rates["gym-numpy"])
+    print(f"\nCartPole-v1 at {n} envs, median of {args.rounds} rounds (load average after: "
+          f"{os.getloadavg()})")
+    for name, values in rates.items():
+        rate = statistics.median(values)
+        print(f"  {name:16s} {rate / 1e6:8.2f} M steps/s  {rate / base:5.2f}x gym-numpy")
+
+    print("\nper call at 1 env (median of rounds)")
+    single = {"gym-numpy": stepper(gym.make_vec("CartPole-v1", 1,
+                                                vectorization_mode="vector_entry_point"), 1,
+                                   False),
+              "torch": stepper(envfleet.make("CartPole-v1", 1, backend="torch", seed=0), 1, True)}
+    torch.set_num_threads(threads[0])
+    calls: dict[str, list[float]] = {name: [] for name in single}
+    for _ in range(args.rounds):
+        for name, run in single.items():
+            calls[name].append(timed(run, 2000) / 2000)
+    for name, values in calls.items():
+        print(f"  {name:16s} {statistics.median(values) * 1e6:8.1f} us")
+    print(f"load average after: {os.getloadavg()}")
+
+
+if __name__ == "__main__":
+    main()
