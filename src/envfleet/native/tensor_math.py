@@ -14,9 +14,6 @@ cores). So a torch form may run its arithmetic through NumPy views of CPU tensor
 
 from __future__ import annotations
 
-import os
-import sys
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import numpy as np
@@ -86,29 +83,8 @@ def sin(x: Any) -> Any:
     return torch.sin(x)
 
 
-#: the fewest elements for which ``sin_cos`` takes the cosines on a second thread (while torch
-#: may use more than one: ``torch.set_num_threads(1)`` keeps it on one)
-PARALLEL_TRIG_SIZE = 1 << 14
-_POOL: list[Any] = []  # [the pid that started it, the executor]
-
-
 def sin_cos(x: Any) -> tuple[Any, Any]:
-    """``(sin(x), cos(x))`` of a float64 tensor (or array), libm-exact on CPU. On the host a
-    large batch takes the cosines on a helper thread meanwhile (NumPy lets go of the GIL):
-    libm's sin and cos are most of a CartPole step."""
-    if not (isinstance(x, np.ndarray) or x.device.type == "cpu"):
-        import torch
-
-        return torch.sin(x), torch.cos(x)
-    values = x if isinstance(x, np.ndarray) else x.numpy()
-    torch = sys.modules.get("torch")
-    if values.size >= PARALLEL_TRIG_SIZE and torch is not None and torch.get_num_threads() > 1:
-        if not _POOL or _POOL[0] != os.getpid():  # a forked child has no helper thread
-            _POOL[:] = [os.getpid(), ThreadPoolExecutor(1, thread_name_prefix="envfleet-trig")]
-        cosines = _POOL[1].submit(np.cos, values)
-        s, c = np.sin(values), cosines.result()
-    else:
-        s, c = np.sin(values), np.cos(values)
+    """``(sin(x), cos(x))`` of a float64 tensor (or array), libm-exact on CPU."""
     if isinstance(x, np.ndarray):
-        return s, c
-    return torch.from_numpy(s), torch.from_numpy(c)
+        return np.sin(x), np.cos(x)
+    return sin(x), cos(x)
