@@ -200,3 +200,20 @@ def test_executors_study(tmp_path, monkeypatch):
     assert atari and all(r["status"] == "skipped" and "not installed" in r["note"]
                          for r in atari)
     assert "× gym-sync per core" in md and "not installed: needs no_such_module_x" in md
+
+
+@pytest.mark.parametrize("study", ["threads", "roofline", "tpb"])
+def test_native_studies_refuse_a_gymnasium_id(study, tmp_path, capsys):
+    assert main(["bench", "--study", study, "--env", "HumanoidStandup-v5",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert f"--study {study} steps native envs" in err and "'HumanoidStandup-v5'" in err
+
+
+def test_workload_refuses_other_envs_and_backends(tmp_path, capsys):
+    assert main(["bench", "--study", "workload", "--env", "Acrobot-v1",
+                 "--out", str(tmp_path)]) == 2
+    assert main(["bench", "--study", "workload", "--backends", "gym-sync",
+                 "--out", str(tmp_path)]) == 2
+    err = capsys.readouterr().err
+    assert "can only be CartPole-v1" in err and "not gym-sync" in err

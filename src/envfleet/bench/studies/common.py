@@ -318,6 +318,17 @@ class StudyRun:
                 f"{load_after}{others}. Reproduce: `{self.command}`")
 
 
+def require_native(envs: Sequence[str], study: str) -> None:
+    """Refuse (exit status 2) env ids that are not native: the study steps native kernels."""
+    from envfleet.cli import CommandError
+    from envfleet.registry import NATIVE_ENVS
+
+    unknown = [e for e in envs if e not in NATIVE_ENVS]
+    if unknown:
+        raise CommandError(f"--study {study} steps native envs; {', '.join(map(repr, unknown))} "
+                           f"is not one (native ids: {', '.join(NATIVE_ENVS)})")
+
+
 def md_table(header: Sequence[str], body: Sequence[Sequence[str]]) -> str:
     """A Markdown table, the first column left-aligned, the others right-aligned."""
     lines = ["| " + " | ".join(header) + " |",

@@ -38,7 +38,15 @@ import numpy as np
 
 from envfleet.bench.measure import PointSpec
 from envfleet.bench.report import human
-from envfleet.bench.studies.common import Job, StudyRun, Task, md_table, ok, spread
+from envfleet.bench.studies.common import (
+    Job,
+    StudyRun,
+    Task,
+    md_table,
+    ok,
+    require_native,
+    spread,
+)
 
 STREAM_ELEMENTS = 1 << 24  # 128 MiB per array
 MATMUL_SIZE = 1024
@@ -307,15 +315,10 @@ def plot(rows: list[dict[str, Any]], roofs_: dict[str, Any], title: str, path: P
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The roofline study (``envfleet bench --study roofline``)."""
     import envfleet
-    from envfleet.cli import CommandError
     from envfleet.native.numba_backend import default_threads
-    from envfleet.registry import NATIVE_ENVS
 
     families = envs or default_families()
-    unknown = [e for e in families if e not in NATIVE_ENVS]
-    if unknown:
-        raise CommandError(f"--study roofline places native envs: {', '.join(unknown)} "
-                           f"is not one ({', '.join(NATIVE_ENVS)})")
+    require_native(families, "roofline")
     available = envfleet.available_backends()
     backends = args.backends or [b for b in ("numba", "torch") if b in available]
     threads = args.max_threads or default_threads()

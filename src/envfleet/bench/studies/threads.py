@@ -23,7 +23,14 @@ from typing import Any
 
 from envfleet.bench.measure import PointSpec
 from envfleet.bench.report import human, micros
-from envfleet.bench.studies.common import Job, StudyRun, md_table, ok, spread_text
+from envfleet.bench.studies.common import (
+    Job,
+    StudyRun,
+    md_table,
+    ok,
+    require_native,
+    spread_text,
+)
 from envfleet.machine import usable_cores
 
 DEFAULT_ENVS = ("CartPole-v1", "Chess-v0")
@@ -163,6 +170,7 @@ def run(args: argparse.Namespace, envs: list[str]) -> int:
     max_threads = args.max_threads or default_threads()
     seconds = args.seconds or DEFAULT_SECONDS
     envs = envs or list(DEFAULT_ENVS)
+    require_native(envs, "threads")
     study = StudyRun("threads", args, {"envs": envs, "max_threads": max_threads,
                                        "num_envs": args.num_envs, "seconds": seconds,
                                        "repeats": args.repeats})

@@ -22,7 +22,14 @@ from typing import Any
 
 from envfleet.bench.measure import PointSpec
 from envfleet.bench.report import micros
-from envfleet.bench.studies.common import Job, StudyRun, md_table, ok, turning_point
+from envfleet.bench.studies.common import (
+    Job,
+    StudyRun,
+    md_table,
+    ok,
+    require_native,
+    turning_point,
+)
 
 DEFAULT_BLOCK_SIZES = (32, 64, 128, 256, 512, 1024)
 DEFAULT_NUM_ENVS = (100, 1000, 10_000, 100_000, 1_000_000, 10_000_000)
@@ -127,6 +134,7 @@ def plot_message(message: str, path: Path) -> None:
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The threads-per-block study (``envfleet bench --study tpb``)."""
     env = envs[0] if envs else "CartPole-v1"
+    require_native([env], "tpb")
     status = gpu_status()
     simulator = status == "simulator"
     seconds = args.seconds or DEFAULT_SECONDS
