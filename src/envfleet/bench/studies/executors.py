@@ -176,17 +176,22 @@ def plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     nrows = max(1, (len(envs) + cols - 1) // cols)
     fig, axes = plt.subplots(nrows, cols, figsize=(6.5 * cols, 4.5 * nrows),
                              layout="constrained", squeeze=False)
+    series = list(dict.fromkeys(r["series"] for r in rows))
+    colors = dict(zip(series, plt.get_cmap("tab20").colors, strict=False))  # one per series
     for ax, env in zip(axes.flat, envs, strict=False):
-        for s in dict.fromkeys(r["series"] for r in rows if r["env"] == env):
+        for s in series:
             rs = sorted((r for r in rows if ok(r) and r["env"] == env and r["series"] == s),
                         key=lambda r: r["num_envs"])
             if rs:
                 ax.plot([r["num_envs"] for r in rs], [r["steps_per_s"] for r in rs],
-                        marker="o", label=s,
+                        marker="o", label=s, color=colors.get(s),
                         linestyle="--" if rs[0]["backend"] in BASELINES else "-")
+        sizes = sorted({r["num_envs"] for r in rows if ok(r) and r["env"] == env})
         ax.set(xscale="log", yscale="log", xlabel="num_envs", ylabel="steps/s", title=env)
+        ax.set_xticks(sizes, [str(n) for n in sizes])
+        ax.minorticks_off()
         ax.grid(alpha=0.4)
-        ax.legend(fontsize=7)
+        ax.legend(fontsize=6, ncol=2)
     for ax in list(axes.flat)[len(envs):]:
         ax.axis("off")
     fig.suptitle(title, fontsize=10)
