@@ -88,8 +88,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="run one of the seeds' studies instead of the num_envs sweep "
                              "(docs/studies/): " + ", ".join(STUDIES))
     parser.add_argument("--max-threads", type=_positive_int, metavar="P",
-                        help="--study threads: up to P numba threads (default: the usable "
-                             "cores)")
+                        help="--study threads: up to P numba threads; --study roofline: "
+                             "the numba threads and roofs (default: the usable cores)")
     parser.add_argument("--repeats", type=_positive_int, default=3, metavar="R",
                         help="--study: each point timed R times, median and spread reported "
                              "(default: %(default)s)")
