@@ -13,7 +13,10 @@ or any Gymnasium id):
 - ``sb3-subproc``: Stable-Baselines3's ``SubprocVecEnv`` (one worker process per env, pipes);
 - ``envpool``: EnvPool's own C++ env of the same id (``envpool.make_gymnasium(id, num_envs=N,
   batch_size=N, num_threads=T)``, sync mode), measured at every thread count T from 1 to the
-  usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``).
+  usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``);
+- ``pufferlib``: PufferLib's ``vector.Multiprocessing`` over ``GymnasiumPufferEnv`` wrappers
+  (``num_workers`` as given, else the most usable cores dividing N); measured when asked for
+  (``--study executors`` does), an optional peer (``pufferlib-core``).
 
 Every contender is stepped with the same fixed batch of random actions, drawn from the batched
 action space (the same seed gives the same actions, discrete or continuous).
@@ -168,6 +171,33 @@ def _envpool(env_id: str, num_envs: int, seed: int, num_threads: int = 1) -> Bas
     )
 
 
+def _puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
+    """One Gymnasium env as PufferLib wraps it (a module-level creator: workers pickle it)."""
+    import pufferlib.emulation
+
+    return pufferlib.emulation.GymnasiumPufferEnv(env=gymnasium.make(env_id), buf=buf,
+                                                  seed=seed)
+
+
+def _pufferlib(env_id: str, num_envs: int, seed: int, num_workers: int | None = None
+               ) -> BaselineEnv:
+    """PufferLib's multiprocessing vector env (its defaults; ``num_workers`` must divide
+    ``num_envs``, default: the usable cores that do)."""
+    import pufferlib.vector
+
+    from envfleet.machine import usable_cores
+
+    workers = num_workers or max(w for w in range(1, usable_cores() + 1) if num_envs % w == 0)
+    env = pufferlib.vector.make(functools.partial(_puffer_env, env_id), num_envs=num_envs,
+                                num_workers=workers, backend=pufferlib.vector.Multiprocessing,
+                                seed=seed)
+    return BaselineEnv(
+        reset=lambda: env.reset(seed=seed)[0], step=env.step,
+        action_space=gymnasium.vector.utils.batch_space(env.single_action_space, num_envs),
+        close=env.close,
+    )
+
+
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
@@ -183,6 +213,8 @@ BASELINES: dict[str, Baseline] = {
         Baseline("envpool", "EnvPool's C++ env (sync mode, its best thread count)", False,
                  _envpool, requires="envpool", thread_sweep=True, extra="envpool",
                  executor_default=False),
+        Baseline("pufferlib", "PufferLib's Multiprocessing vector env", True, _pufferlib,
+                 requires="pufferlib", extra="pufferlib", executor_default=False),
         *peer_baselines(),
     )
 }

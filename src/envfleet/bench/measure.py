@@ -8,7 +8,14 @@ result line (``RESULT_TAG`` + JSON).
 Per point: build the envs (``construct_s``), then time the first reset + first step apart
 (``warmup_s``: JIT compilation, thread-pool start, first touch of the buffers), then a short
 untimed warm-up, then step with one fixed batch of random valid actions for ``seconds``
-(at least ``min_calls`` calls). ``steps_per_s = num_envs * calls / elapsed``.
+(at least ``min_calls`` calls), ``repeats`` times (``steps_per_s``: the median repeat,
+``steps_per_s = num_envs * calls / elapsed``; every repeat in ``steps_per_s_samples``).
+``cores_used``: the CPU seconds this process and its children used over the timed loops, per
+second of wall time (what "per core used" ratios divide by).
+
+An executor with ``batch_size < num_envs`` (first-ready async) is stepped as EnvPool's users
+step it: ``send`` every env once, then ``recv`` the first ``batch_size`` ready envs and
+``send`` them their actions; each call counts ``batch_size`` steps.
 
 EnvPool (a ``thread_sweep`` baseline) is measured at each thread count from 1 to the usable
 cores in the same worker, one after the other, and reported at its best (``threads``, with
@@ -23,6 +30,7 @@ count nodes instead of steps.
 
 from __future__ import annotations
 
+import importlib
 import json
 import os
 import subprocess
@@ -57,6 +65,11 @@ class PointSpec:
     min_calls: int = 3
     seed: int = 0
     options: dict[str, Any] = field(default_factory=dict)  # extra make() options
+    #: timed loops of ``seconds`` each, in this one process (``steps_per_s``: their median,
+    #: ``steps_per_s_samples``: each one's)
+    repeats: int = 1
+    #: modules the worker imports first (a study's own env families register themselves)
+    imports: tuple[str, ...] = ()
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -190,6 +203,8 @@ def _import_for(backend: str) -> None:
         import envpool  # noqa: F401
     if backend == "ray":
         import ray  # noqa: F401
+    if backend == "pufferlib":
+        import pufferlib.vector  # noqa: F401
     if backend == "pgx":
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on CPU, before jax is imported
         import jax  # noqa: F401
@@ -227,6 +242,24 @@ def start_local_ray() -> Callable[[], None]:
     return shutdown
 
 
+def _first_ready(env: Any) -> Callable[[Any], Any]:
+    """One call of a first-ready async env: ``recv`` the ready envs, ``send`` them their
+    actions (the first call sends every env its action first)."""
+    started = False
+
+    def step(actions: Any) -> Any:
+        nonlocal started
+        if not started:
+            env.send(actions)
+            started = True
+        out = env.recv()
+        ids = out[4]["env_id"]
+        env.send(actions[ids], ids)
+        return out
+
+    return step
+
+
 def measure_best_threads(spec: PointSpec) -> dict[str, Any]:
     """A ``thread_sweep`` baseline at 1 .. usable cores threads: the best, with every count's
     steps/s in ``threads_tried``."""
@@ -237,25 +270,6 @@ def measure_best_threads(spec: PointSpec) -> dict[str, Any]:
     tried = [measure(replace(spec, threads=t)) for t in range(1, usable_cores() + 1)]
     best = max(tried, key=lambda r: r["steps_per_s"])
     return {**best, "threads_tried": {str(r["threads"]): r["steps_per_s"] for r in tried}}
-
-
-def first_ready_stepper(env: Any) -> Callable[[Any], Any]:
-    """A step function for a first-ready env (``batch_size < num_envs``): each call receives
-    the first ``batch_size`` envs to finish and sends them their next actions (from the full
-    batch ``actions``); the first call sends every env its action."""
-    in_flight = False
-
-    def step(actions: Any) -> Any:
-        nonlocal in_flight
-        if not in_flight:
-            env.send(actions)
-            in_flight = True
-        out = env.recv()
-        ids = out[4]["env_id"]
-        env.send(actions[ids], env_ids=ids)
-        return out
-
-    return step
 
 
 def measure(spec: PointSpec) -> dict[str, Any]:
@@ -288,19 +302,21 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         legal = getattr(env.unwrapped, "random_legal_actions", None)
         if legal is not None:
             step_env, batched_actions = (lambda _: env.step(legal())), None
-        batch = getattr(env.unwrapped, "batch_size", spec.num_envs)
-        if executor and batch < spec.num_envs:  # first-ready: recv the first `batch` envs
-            step_env, steps_per_call = first_ready_stepper(env), batch
-            result["batch_size"] = batch
         if executor:  # worker processes (pool: as many as it actually started)
             result["num_workers"] = getattr(env.unwrapped, "num_workers",
                                             spec.num_envs if spec.backend == "subprocess" else 0)
+        batch = getattr(env.unwrapped, "batch_size", spec.num_envs)
+        if executor and batch < spec.num_envs:  # first-ready async: send / recv
+            steps_per_call, step_env = batch, _first_ready(env)
+            result["batch_size"] = batch
     else:
         from envfleet.bench.baselines import BASELINES
 
         baseline = BASELINES[spec.backend]
         threads = {"num_threads": spec.threads or 1} if baseline.thread_sweep else {}
-        built = baseline.build(spec.reference_id, spec.num_envs, spec.seed, **threads)
+        # options: the baseline's own (pufferlib's num_workers)
+        built = baseline.build(spec.reference_id, spec.num_envs, spec.seed, **threads,
+                               **spec.options)
         reset, step_env, batched_actions, close = (
             built.reset, built.step, built.action_space, built.close)
         if batched_actions is None:  # it plays its own actions
@@ -342,28 +358,37 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         if time.perf_counter() - t0 >= 0.1 * spec.seconds:
             break
 
-    # executors and process-per-env baselines do their work in other processes: the cores
-    # other processes kept busy are measured here, over the timed loop, net of this process tree
-    tree = executor or spec.backend in ("gym-async", "sb3-subproc")
-    before = (cpu_seconds(), tree_cpu_seconds()) if tree else None
-    calls, elapsed, median = timed_loop(lambda: step_env(actions), sync, spec.seconds,
-                                        spec.min_calls)
-    if before is not None:
-        machine, ours = cpu_seconds(), tree_cpu_seconds()
-        if before[0] is not None and machine is not None and None not in (before[1], ours):
-            result["timed_background_load"] = background_load(
-                (before[0][0], before[1]), (machine[0], ours), elapsed)
+    # the cores other processes kept busy, over the timed loops, net of this process tree
+    # (executors and process-per-env baselines do their work in child processes)
+    before = (cpu_seconds(), tree_cpu_seconds())
+    samples, calls_all, elapsed_all, medians = [], 0, 0.0, []
+    for _ in range(max(1, spec.repeats)):
+        calls, elapsed, median = timed_loop(lambda: step_env(actions), sync, spec.seconds,
+                                            spec.min_calls)
+        samples.append(steps_per_call * calls / elapsed)
+        calls_all, elapsed_all = calls_all + calls, elapsed_all + elapsed
+        medians.append(median)
+    machine, ours = cpu_seconds(), tree_cpu_seconds()
+    if None not in (before[1], ours):
+        result["cores_used"] = round((ours - before[1]) / elapsed_all, 3)
+    if before[0] is not None and machine is not None and None not in (before[1], ours):
+        result["timed_background_load"] = background_load(
+            (before[0][0], before[1]), (machine[0], ours), elapsed_all)
     close()
     if stop_ray is not None:
         stop_ray()
+    # the median repeat (one repeat: that one, as before)
+    order = sorted(range(len(samples)), key=samples.__getitem__)
+    mid = order[len(order) // 2]
     result.update(
         status="ok",
-        steps_per_s=steps_per_call * calls / elapsed,
-        seconds=elapsed,
-        calls=calls,
-        steps=steps_per_call * calls,
-        us_per_call=1e6 * elapsed / calls,
-        us_per_call_median=1e6 * median,
+        steps_per_s=samples[mid],
+        steps_per_s_samples=samples,
+        seconds=elapsed_all,
+        calls=calls_all,
+        steps=steps_per_call * calls_all,
+        us_per_call=1e6 * elapsed_all / calls_all,
+        us_per_call_median=1e6 * medians[mid],
         construct_s=construct_s,
         warmup_s=reset_s + first_step_s,
         first_reset_s=reset_s,
@@ -379,25 +404,37 @@ def _thread_sweep(backend: str) -> bool:
     return backend in BASELINES and BASELINES[backend].thread_sweep
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Worker entry point: measure the point given as JSON, print the tagged result line."""
-    args = sys.argv[1:] if argv is None else argv
-    spec = PointSpec(**json.loads(args[0]))
+def spec_from_json(text: str) -> PointSpec:
+    """A ``PointSpec`` from its JSON (lists back to tuples)."""
+    fields = json.loads(text)
+    return PointSpec(**{**fields, "imports": tuple(fields.get("imports", ()))})
+
+
+def measure_one(spec: PointSpec) -> dict[str, Any]:
+    """Measure ``spec`` here (perft, a thread-swept baseline at its best, or one point); an
+    error becomes a failure row."""
     try:
+        for module in spec.imports:
+            importlib.import_module(module)
         if spec.backend in PERFT_SERIES:
             from envfleet.bench.chess import measure_perft
 
-            result = measure_perft(spec)
-        elif spec.threads is None and _thread_sweep(spec.backend):
-            result = measure_best_threads(spec)
-        else:
-            result = measure(spec)
+            return measure_perft(spec)
+        if spec.threads is None and _thread_sweep(spec.backend):
+            return measure_best_threads(spec)
+        return measure(spec)
     except Exception as error:  # reported as a failure row by the parent
-        result = {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads,
-                  "status": "failed", "error": f"{type(error).__name__}: {error}",
-                  "unavailable": isinstance(error, ImportError) or
-                  type(error).__name__ == "BackendUnavailableError",
-                  "traceback": traceback.format_exc(limit=-4)}
+        return {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads,
+                "status": "failed", "error": f"{type(error).__name__}: {error}",
+                "unavailable": isinstance(error, ImportError) or
+                type(error).__name__ == "BackendUnavailableError",
+                "traceback": traceback.format_exc(limit=-4)}
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Worker entry point: measure the point given as JSON, print the tagged result line."""
+    args = sys.argv[1:] if argv is None else argv
+    result = measure_one(spec_from_json(args[0]))
     sys.stdout.flush()
     print(RESULT_TAG + json.dumps(result), flush=True)
     return 0

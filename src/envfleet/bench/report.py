@@ -26,7 +26,7 @@ from envfleet.machine import usable_cores
 #: a point during which other processes kept this many cores busy is marked "*" (noisy)
 BUSY_CORES = 0.25
 VERSIONED = ("numpy", "numba", "numba-cuda", "torch", "gymnasium", "stable-baselines3", "envpool",
-             "ray", "envfleet")
+             "ray", "mujoco", "ale-py", "pufferlib-core", "envfleet")
 
 
 # --- formatting -------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ from envfleet.bench.report import (
     plot,
     rich_tables,
 )
+from envfleet.bench.studies import STUDIES
 from envfleet.cli import CommandError
 from envfleet.registry import _native_name  # make()'s lookup
 
@@ -80,8 +81,23 @@ DEFAULT_EXECUTORS = ("serial", "subprocess", "pool")
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` subcommand's options."""
-    parser.add_argument("--env", default="CartPole-v1",
-                        help="env id: a native id or any Gymnasium id (default: %(default)s)")
+    parser.add_argument("--env",
+                        help="env id: a native id or any Gymnasium id (default: CartPole-v1; "
+                             "--study: a comma list, default: the study's own envs)")
+    parser.add_argument("--study", choices=STUDIES,
+                        help="run one of the seeds' studies instead of the num_envs sweep "
+                             "(docs/studies/): " + ", ".join(STUDIES))
+    parser.add_argument("--max-threads", type=_positive_int, metavar="P",
+                        help="--study threads: up to P numba threads; --study roofline: "
+                             "the numba threads and roofs (default: the usable cores)")
+    parser.add_argument("--repeats", type=_positive_int, default=3, metavar="R",
+                        help="--study: each point timed R times, median and spread reported "
+                             "(default: %(default)s)")
+    parser.add_argument("--work", type=_ints, metavar="K,K,...",
+                        help="--study workload: the physics repeated K times per step "
+                             "(default: 1,10,100,1000)")
+    parser.add_argument("--block-sizes", type=_ints, metavar="B,B,...",
+                        help="--study tpb: CUDA threads per block to sweep (default: 32..1024)")
     parser.add_argument(
         "--backends", type=_names,
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
@@ -98,8 +114,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
                              "(default: the pool's own, the usable cores)")
-    parser.add_argument("--seconds", type=_positive_float, default=1.0,
-                        help="timed stepping per point, after warm-up (default: %(default)s)")
+    parser.add_argument("--seconds", type=_positive_float,
+                        help="timed stepping per point, after warm-up (default: 1; --study: "
+                             "the study's own, per repeat)")
     parser.add_argument("--threads", type=_ints, metavar="T,T,...",
                         help="comma list of numba thread counts to sweep "
                              "(default: the usable cores)")
@@ -416,6 +433,12 @@ def run(args: argparse.Namespace) -> int:
     from envfleet import UnknownEnvError
     from envfleet.registry import _gym_spec, _native_spec  # make()'s lookups
 
+    if args.study:
+        from envfleet.bench import studies
+
+        return studies.run(args)
+    args.env = args.env or "CartPole-v1"
+    args.seconds = args.seconds or 1.0
     t_start = time.perf_counter()
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
     native = _native_name(args.env) is not None

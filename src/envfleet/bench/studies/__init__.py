@@ -1,0 +1,29 @@
+"""``envfleet bench --study NAME``: the seeds' experiments, reproducible with one command.
+
+Each study module has ``run(args, envs) -> exit status`` and writes ``study-<name>.jsonl``,
+``.md`` and ``.png`` into ``--out`` (``common.StudyRun``):
+
+- ``threads``: strong and weak scaling of the numba backend over CPU threads;
+- ``workload``: the cost of a step grown k-fold (the physics repeated inside the step);
+- ``roofline``: this machine's memory bandwidth and peak arithmetic rate, and each native env
+  and backend placed under them;
+- ``tpb``: CUDA threads per block against num_envs ("not measured: no GPU" without one);
+- ``executors``: envfleet's executors against Gymnasium's and SB3's vector envs (and EnvPool,
+  PufferLib where installed) by num_envs and workers, on four Gymnasium envs.
+
+Study modules are imported only when their study runs (the package itself imports nothing).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+STUDIES = ("threads", "workload", "roofline", "tpb", "executors")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the study ``args.study`` (``--env`` a comma list: the envs it covers)."""
+    envs = [e.strip() for e in (args.env or "").split(",") if e.strip()]
+    module = importlib.import_module(f"envfleet.bench.studies.{args.study}")
+    return module.run(args, envs)
