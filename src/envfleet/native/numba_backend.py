@@ -36,6 +36,7 @@ from envfleet.native.driver import (
     valid_actions,
 )
 from envfleet.native.jit import announce_compile
+from envfleet.native.kernel_cache import disk_cached, will_compile
 from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
@@ -61,6 +62,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     the kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     A step kernel returns how many episodes ended, or ``-1 - i`` when env i's step is refused
     (checked for every env before any env moves, so a refused step changes nothing).
+    Each kernel is ``disk_cached``: a later process loads its machine code instead of compiling.
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, type(params))
 
@@ -119,6 +121,8 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
         for i in range(n):
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
 
+    for kernel in (first_refused, step_range, step_serial, step_parallel, reset):
+        disk_cached(kernel)
     return step_serial, step_parallel, reset
 
 
@@ -157,7 +161,7 @@ def row_map(row_fn: Any) -> Any:
         for i in range(out.shape[0]):
             out[i] = row_fn(i, state, rng)
 
-    return run
+    return disk_cached(run)
 
 
 class NumbaEngine:
@@ -223,7 +227,7 @@ class NumbaEngine:
         if entry is not None:
             return entry(*args)
         signature = tuple(numba.typeof(a) for a in args)
-        if signature not in kernel.overloads:  # this call compiles: say so (once per set)
+        if will_compile(kernel, signature):  # this call compiles: say so (once per set)
             announce_compile((self._kernels, self._parallel), self.spec.id, "numba",
                              self.spec.compile_seconds)
         result = kernel(*args)
