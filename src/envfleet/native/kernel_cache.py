@@ -29,6 +29,7 @@ import re
 import sys
 import tempfile
 import types
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -208,13 +209,19 @@ def _elements(ty: Any) -> str:
 
 
 class KernelCache(_Cache):
-    """numba's cache protocol for one dispatcher, one file per (fingerprint, signature, CPU)."""
+    """numba's cache protocol for one dispatcher, one file per (fingerprint, signature, CPU).
 
-    def __init__(self, dispatcher: Any, directory: Path, key: str) -> None:
+    ``directory`` None: the cache is off (nothing is read or written). ``on_compile`` is
+    called when a signature is not found, just before numba compiles it.
+    """
+
+    def __init__(self, dispatcher: Any, directory: Path | None, key: str,
+                 on_compile: Callable[[], None] | None = None) -> None:
         self._directory = directory
         self._name = dispatcher.py_func.__name__
         self._key = key
-        self._enabled = True
+        self._enabled = directory is not None
+        self._on_compile = on_compile
 
     @property
     def cache_path(self) -> str:
@@ -229,18 +236,20 @@ class KernelCache(_Cache):
         return self._directory / f"{self._name}-{h.hexdigest()[:40]}.nbk"
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        """The compiled code of ``sig`` from disk, or None (absent, unreadable or corrupt: it
-        is compiled again and the file replaced)."""
-        if not self._enabled:
-            return None
-        try:
-            _ready_to_load(target_context)
-            path = self.path(sig, target_context.codegen())
-            with path.open("rb") as f:
-                payload = _Unpickler(f, _classes(sig)).load()
-            return compiler.CompileResult._rebuild(target_context, *payload)
-        except Exception:  # any failure only costs a compile
-            return None
+        """The compiled code of ``sig`` from disk, or None: absent, unreadable or corrupt,
+        numba compiles it (and the file is replaced)."""
+        if self._enabled:
+            try:
+                _ready_to_load(target_context)
+                path = self.path(sig, target_context.codegen())
+                with path.open("rb") as f:
+                    payload = _Unpickler(f, _classes(sig)).load()
+                return compiler.CompileResult._rebuild(target_context, *payload)
+            except Exception:  # any failure only costs a compile
+                pass
+        if self._on_compile is not None:
+            self._on_compile()
+        return None
 
     def save_overload(self, sig: Any, cres: Any) -> None:
         """Write ``cres`` atomically (a unique temporary file renamed into place); a kernel
@@ -262,10 +271,6 @@ class KernelCache(_Cache):
             if temporary is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
-
-    def contains(self, sig: Any, target_context: Any) -> bool:
-        """Whether ``sig``'s compiled code is on disk (the first use will load, not compile)."""
-        return self._enabled and self.path(sig, target_context.codegen()).is_file()
 
     def enable(self) -> None:
         self._enabled = True
@@ -334,24 +339,24 @@ def _ready_to_load(target_context: Any) -> None:
     rtsys.initialize(target_context)
 
 
-def disk_cached(dispatcher: Any, *constants: Any) -> Any:
+def disk_cached(dispatcher: Any, *constants: Any,
+                on_compile: Callable[[], None] | None = None) -> Any:
     """Give ``dispatcher`` (a numba ``njit`` function) the on-disk cache, keyed by its
     ``fingerprint`` and ``constants`` (anything else its code depends on); returned as is.
+    ``on_compile()`` runs before each real compile (not when the code is loaded from disk).
     With the cache off, it compiles in memory as before."""
     directory = cache_dir()
+    key = ""
     if directory is not None:
         h = hashlib.sha256(fingerprint(dispatcher).encode())
         for part in (*_VERSIONS, numba.config.OPT, numba.config.BOUNDSCHECK, *constants):
             h.update(repr(part).encode() + b"\x00")
-        dispatcher._cache = KernelCache(dispatcher, directory, h.hexdigest())
+        key = h.hexdigest()
+    dispatcher._cache = KernelCache(dispatcher, directory, key, on_compile)
     return dispatcher
 
 
-def will_compile(dispatcher: Any, signature: tuple) -> bool:
-    """Whether calling ``dispatcher`` with argument types ``signature`` compiles (it is
-    neither compiled in this process nor on disk)."""
-    if signature in dispatcher.overloads:
-        return False
+def is_disk_cached(dispatcher: Any) -> bool:
+    """Whether ``dispatcher``'s compiled code goes to the on-disk cache."""
     cache = dispatcher._cache
-    return not (isinstance(cache, KernelCache) and cache.contains(signature,
-                                                                  dispatcher.targetctx))
+    return isinstance(cache, KernelCache) and cache._enabled
