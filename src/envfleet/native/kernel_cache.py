@@ -11,7 +11,9 @@ Python's versions, the compile options and the CPU. A changed kernel, family or 
 different key, so old machine code never runs.
 
 One file per (kernel, key), written under a temporary name and renamed into place (atomic on
-POSIX): concurrent processes never see a partial file and never share an index.
+POSIX): concurrent processes never see a partial file and never share an index. Loading skips
+numba's full target ``refresh()`` (``_ready_to_load``), most of a cached start's cost.
+docs/ARCHITECTURE.md, "The kernel cache", says what is keyed and what is not.
 
 ``ENVFLEET_CACHE_DIR`` sets the directory (default ``$XDG_CACHE_HOME/envfleet/numba``, else
 ``~/.cache/envfleet/numba``); ``ENVFLEET_CACHE=0`` turns the cache off.
@@ -33,6 +35,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import llvmlite
 import numba
 import numpy as np
 from numba.core import compiler, serialize, sigutils
@@ -41,7 +44,7 @@ from numba.core.caching import _Cache
 #: modules whose functions are not walked (their versions are part of every key)
 _LIBRARIES = ("numba", "numpy", "llvmlite", "math", "cmath", "builtins", "operator",
               "typing", "gymnasium")
-_VERSIONS = (numba.__version__, np.__version__, sys.version, sys.platform)
+_VERSIONS = (numba.__version__, llvmlite.__version__, np.__version__, sys.version, sys.platform)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
@@ -348,10 +351,13 @@ def disk_cached(dispatcher: Any, *constants: Any,
     directory = cache_dir()
     key = ""
     if directory is not None:
-        h = hashlib.sha256(fingerprint(dispatcher).encode())
-        for part in (*_VERSIONS, numba.config.OPT, numba.config.BOUNDSCHECK, *constants):
-            h.update(repr(part).encode() + b"\x00")
-        key = h.hexdigest()
+        try:
+            h = hashlib.sha256(fingerprint(dispatcher).encode())
+            for part in (*_VERSIONS, numba.config.OPT, numba.config.BOUNDSCHECK, *constants):
+                h.update(repr(part).encode() + b"\x00")
+            key = h.hexdigest()
+        except Exception:  # e.g. an object whose repr fails: compiled in memory, as before
+            directory = None
     dispatcher._cache = KernelCache(dispatcher, directory, key, on_compile)
     return dispatcher
 
