@@ -49,13 +49,19 @@ _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 
 
 def cache_dir() -> Path | None:
-    """The kernel cache directory, or None when ``ENVFLEET_CACHE=0`` turns the cache off."""
+    """The kernel cache directory, or None when ``ENVFLEET_CACHE=0`` turns the cache off (or
+    there is no home directory to put it in)."""
     if os.environ.get("ENVFLEET_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
         return None
     chosen = os.environ.get("ENVFLEET_CACHE_DIR")
     if chosen:
         return Path(chosen).expanduser()
-    base = os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache"
+    base = os.environ.get("XDG_CACHE_HOME")
+    if not base:
+        try:
+            base = Path.home() / ".cache"
+        except RuntimeError:  # no home directory: compile in memory, as without a cache
+            return None
     return Path(base) / "envfleet" / "numba"
 
 
