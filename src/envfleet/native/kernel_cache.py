@@ -354,6 +354,8 @@ def disk_cached(dispatcher: Any, *constants: Any,
     ``fingerprint`` and ``constants`` (anything else its code depends on); returned as is.
     ``on_compile()`` runs before each real compile (not when the code is loaded from disk).
     With the cache off, it compiles in memory as before."""
+    if not hasattr(dispatcher, "_cache"):  # NUMBA_DISABLE_JIT: a plain Python function
+        return dispatcher
     directory = cache_dir()
     key = ""
     if directory is not None:
@@ -370,5 +372,5 @@ def disk_cached(dispatcher: Any, *constants: Any,
 
 def is_disk_cached(dispatcher: Any) -> bool:
     """Whether ``dispatcher``'s compiled code goes to the on-disk cache."""
-    cache = dispatcher._cache
+    cache = getattr(dispatcher, "_cache", None)
     return isinstance(cache, KernelCache) and cache._enabled
