@@ -269,3 +269,26 @@ def test_cache_dir_default_override_and_off(monkeypatch, tmp_path):
     assert cache_dir() == tmp_path / "mine"
     monkeypatch.setenv("ENVFLEET_CACHE", "0")
     assert cache_dir() is None
+
+
+#: Gymnasium's registration of envfleet's CartPole (a 1-env numba env) in two worker processes
+WORKERS = """
+import json
+import numpy as np
+import envfleet
+
+env = envfleet.make("envfleet/CartPole-v1", 2, backend="subprocess", seed=3)
+obs, _ = env.reset(seed=3)
+obs, rewards, *_ = env.step(np.array([0, 1]))
+env.close()
+print(json.dumps({"obs": obs.tolist()}))
+"""
+
+
+def test_executor_workers_load_the_kernels(tmp_path):
+    cache = tmp_path / "cache"
+    cold, err = _run(WORKERS, cache)
+    assert NOTICE in err  # the workers compiled
+    warm, err = _run(WORKERS, cache)
+    assert NOTICE not in err, err
+    assert warm == cold
