@@ -1,10 +1,15 @@
-"""The first compile of an env's kernels announces itself on stderr (nothing looks hung)."""
+"""The first compile of an env's kernels announces itself on stderr (nothing looks hung); with
+the on-disk cache, only a real compile does (tests/native/test_cache.py: a cached start is
+silent)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
 import sys
+from pathlib import Path
+
+import pytest
 
 SCRIPT = """
 import numpy as np
@@ -19,8 +24,9 @@ print("done")
 """
 
 
-def _run(quiet: str | None) -> subprocess.CompletedProcess:
+def _run(quiet: str | None, cache: Path, enabled: str = "1") -> subprocess.CompletedProcess:
     env = {k: v for k, v in os.environ.items() if k != "ENVFLEET_QUIET"}
+    env.update(ENVFLEET_CACHE_DIR=str(cache), ENVFLEET_CACHE=enabled)  # empty: it compiles
     if quiet is not None:
         env["ENVFLEET_QUIET"] = quiet
     proc = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True,
@@ -29,14 +35,16 @@ def _run(quiet: str | None) -> subprocess.CompletedProcess:
     return proc
 
 
-def test_one_line_per_real_compile_on_stderr():
-    lines = [line for line in _run(None).stderr.splitlines() if line.startswith("envfleet:")]
+@pytest.mark.parametrize(("enabled", "when"), [
+    ("1", "once: later runs load them from the cache"), ("0", "first use in this process")])
+def test_one_line_per_real_compile_on_stderr(tmp_path, enabled, when):
+    proc = _run(None, tmp_path, enabled)
+    lines = [line for line in proc.stderr.splitlines() if line.startswith("envfleet:")]
     # next_step compiles once (reset and step: one line); the repeat is a cache hit;
     # same_step is another compile
-    notice = ("envfleet: compiling CartPole-v1 kernels for numba (first use in this process, "
-              "~2 s)...")
+    notice = f"envfleet: compiling CartPole-v1 kernels for numba (~2 s, {when})..."
     assert lines == [notice, notice]
 
 
-def test_envfleet_quiet_silences_it():
-    assert "envfleet:" not in _run("1").stderr
+def test_envfleet_quiet_silences_it(tmp_path):
+    assert "envfleet:" not in _run("1", tmp_path).stderr

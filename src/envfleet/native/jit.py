@@ -6,7 +6,8 @@ simulator runs it as is). Not ``inline="always"``: numba-cuda's GPU target fails
 functions, and on CPU LLVM inlines them anyway (measured: same speed).
 
 ``announce_compile`` prints one line on stderr when an engine's kernels really compile (the
-first use of an env in a process takes seconds: it should not look hung). ``compile_checked``
+first use of an env takes seconds: it should not look hung); a kernel loaded from the on-disk
+cache (``kernel_cache``) is not announced. ``compile_checked``
 compiles a user's family up front and turns numba's typing traceback into a
 ``KernelCompileError`` that says what kernel code may do.
 """
@@ -100,15 +101,19 @@ def compile_checked(engine: Any, env_id: str, backend: str) -> None:
 _ANNOUNCED: set[Hashable] = set()
 
 
-def announce_compile(key: Hashable, env_id: str, backend: str, seconds: float) -> None:
+def announce_compile(key: Hashable, env_id: str, backend: str, seconds: float,
+                     cached: bool = False) -> None:
     """Say on stderr that ``env_id``'s kernels compile now, once per ``key`` and process.
 
-    ``seconds``: the usual compile time, shown as a hint. ``ENVFLEET_QUIET=1`` silences it.
+    ``seconds``: the usual compile time, shown as a hint; ``cached``: the result goes to the
+    on-disk cache (``kernel_cache``), so later processes skip it. ``ENVFLEET_QUIET=1``
+    silences it.
     """
     if key in _ANNOUNCED:
         return
     _ANNOUNCED.add(key)
     if os.environ.get("ENVFLEET_QUIET", "") not in ("", "0"):
         return
-    print(f"envfleet: compiling {env_id} kernels for {backend} (first use in this process, "
-          f"~{seconds:g} s)...", file=sys.stderr, flush=True)
+    when = "once: later runs load them from the cache" if cached else "first use in this process"
+    print(f"envfleet: compiling {env_id} kernels for {backend} (~{seconds:g} s, {when})...",
+          file=sys.stderr, flush=True)

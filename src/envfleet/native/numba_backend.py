@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+from collections.abc import Callable
 from typing import Any
 
 # GNU OpenMP (numba's default threading layer here) spins ~300,000 turns in every barrier before
@@ -36,6 +37,7 @@ from envfleet.native.driver import (
     valid_actions,
 )
 from envfleet.native.jit import announce_compile
+from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
@@ -61,6 +63,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     the kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
     A step kernel returns how many episodes ended, or ``-1 - i`` when env i's step is refused
     (checked for every env before any env moves, so a refused step changes nothing).
+    Each kernel is ``disk_cached``: a later process loads its machine code instead of compiling.
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, type(params))
 
@@ -119,7 +122,17 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
         for i in range(n):
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
 
-    return step_serial, step_parallel, reset
+    kernels = (step_serial, step_parallel, reset)
+
+    def announce(key: Any) -> Callable[[], None]:
+        return lambda: announce_compile(key, spec.id, "numba", spec.compile_seconds,
+                                        cached=is_disk_cached(reset))
+
+    disk_cached(first_refused)  # compiled only as part of the kernels below: not announced
+    disk_cached(step_range)
+    for kernel in kernels:  # the serial set (reset, serial step) and the parallel step
+        disk_cached(kernel, on_compile=announce((kernels, kernel is step_parallel)))
+    return kernels
 
 
 @functools.cache
@@ -157,7 +170,7 @@ def row_map(row_fn: Any) -> Any:
         for i in range(out.shape[0]):
             out[i] = row_fn(i, state, rng)
 
-    return run
+    return disk_cached(run)
 
 
 class NumbaEngine:
@@ -223,10 +236,7 @@ class NumbaEngine:
         if entry is not None:
             return entry(*args)
         signature = tuple(numba.typeof(a) for a in args)
-        if signature not in kernel.overloads:  # this call compiles: say so (once per set)
-            announce_compile((self._kernels, self._parallel), self.spec.id, "numba",
-                             self.spec.compile_seconds)
-        result = kernel(*args)
+        result = kernel(*args)  # loaded from disk, or compiled (announced: ``announce``)
         self._entry_points[kernel] = kernel.overloads[signature].entry_point
         return result
 

@@ -32,6 +32,7 @@ from envfleet.envs.chess.core import (
 from envfleet.envs.chess.fen import STARTING_FEN, Position, format_fen, parse_fen
 from envfleet.envs.chess.tables import build_tables, label_to_move, move_to_label
 from envfleet.native.jit import kernel_function
+from envfleet.native.kernel_cache import disk_cached
 from envfleet.native.spec import NativeEnvSpec
 from envfleet.native.vector_env import NativeVectorEnv
 
@@ -398,7 +399,7 @@ def _scratch_kernels() -> tuple[Any, Any]:
             index[d] = 0
         return total
 
-    return inspect, perft_from_row0
+    return disk_cached(inspect), disk_cached(perft_from_row0)
 
 
 def _scratch_state(rows: int, position: Position) -> tuple:

@@ -1,0 +1,294 @@
+"""The on-disk kernel cache (``envfleet.native.kernel_cache``): a second process loads the
+kernels a first one compiled, without compiling or announcing a compile, and steps identically;
+a changed family (its ``step_one``, or a helper module it calls) compiles again and runs the new
+code; processes writing the cache at once, a damaged cache file and ``ENVFLEET_CACHE=0`` all
+work. Each process is a fresh interpreter with its own temporary cache directory."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import numpy as np
+
+import envfleet
+from envfleet.native.kernel_cache import cache_dir, fingerprint
+
+NOTICE = "envfleet: compiling"
+
+#: steps CartPole-v1 on numba, then prints what it saw and how its kernels were obtained
+CARTPOLE = """
+import json, sys
+import numpy as np
+import envfleet
+
+env = envfleet.make("CartPole-v1", 3, backend="numba", seed=0)
+obs, _ = env.reset(seed=7)
+seen = [obs.tolist()]
+for t in range(30):
+    obs, rewards, terminated, truncated, _ = env.step(np.array([t % 2, 1, 0]))
+    seen.append([obs.tolist(), rewards.tolist(), terminated.tolist(), truncated.tolist()])
+kernels = env.engine._kernels
+print(json.dumps({"seen": seen,
+                  "hits": sum(sum(k.stats.cache_hits.values()) for k in kernels),
+                  "misses": sum(sum(k.stats.cache_misses.values()) for k in kernels)}))
+"""
+
+
+def _environ(cache: Path | None, cwd: Path | None, **extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("ENVFLEET_QUIET", "ENVFLEET_CACHE", "ENVFLEET_CACHE_DIR")}
+    # the envfleet under test (absolute: a script may run elsewhere), then the script's folder
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(envfleet.__file__).parents[1]),
+                                         *([str(cwd)] if cwd else [])])
+    if cache is not None:
+        env["ENVFLEET_CACHE_DIR"] = str(cache)
+    env["PYTHONDONTWRITEBYTECODE"] = "1"  # an edited module is read from its source
+    env.update(extra)
+    return env
+
+
+def _start(script: str, cache: Path | None, cwd: Path | None = None,
+           **extra: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, env=_environ(cache, cwd, **extra),
+                            cwd=cwd)
+
+
+def _finish(proc: subprocess.Popen) -> tuple[dict, str]:
+    """(the JSON the script printed, its stderr)."""
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, err
+    return json.loads(out.strip().splitlines()[-1]), err
+
+
+def _run(script: str, cache: Path | None, cwd: Path | None = None,
+         **extra: str) -> tuple[dict, str]:
+    return _finish(_start(script, cache, cwd, **extra))
+
+
+def test_second_process_loads_the_kernels_and_steps_identically(tmp_path):
+    cache = tmp_path / "cache"
+    # two processes compile at once into an empty cache: both succeed, each writing its files
+    first, second = _start(CARTPOLE, cache), _start(CARTPOLE, cache)
+    (a, a_err), (b, b_err) = _finish(first), _finish(second)
+    assert NOTICE in a_err and NOTICE in b_err
+    assert a["misses"] > 0 and a["hits"] == 0
+    files = sorted(p.name for p in cache.iterdir())
+    assert files and all(name.endswith(".nbk") for name in files), files  # no temporaries
+    # a later process loads reset and step from disk: no compile, no notice, same steps
+    warm, warm_err = _run(CARTPOLE, cache)
+    assert NOTICE not in warm_err, warm_err
+    assert (warm["hits"], warm["misses"]) == (2, 0)
+    assert warm["seen"] == a["seen"] == b["seen"]
+
+
+def test_damaged_cache_file_is_compiled_again(tmp_path):
+    cache = tmp_path / "cache"
+    reference, _ = _run(CARTPOLE, cache)
+    for path in cache.iterdir():
+        path.write_bytes(path.read_bytes()[:100])  # e.g. a full disk
+    again, err = _run(CARTPOLE, cache)
+    assert NOTICE in err and again["misses"] > 0
+    assert again["seen"] == reference["seen"]
+    warm, err = _run(CARTPOLE, cache)  # the damaged files were replaced
+    assert NOTICE not in err and warm["hits"] == 2 and warm["seen"] == reference["seen"]
+
+
+def test_disabled_cache_compiles_in_every_process(tmp_path):
+    cache = tmp_path / "cache"
+    runs = [_run(CARTPOLE, cache, ENVFLEET_CACHE="0") for _ in range(2)]
+    assert not cache.exists()
+    for result, err in runs:
+        assert NOTICE in err and result["hits"] == 0
+    assert runs[0][0]["seen"] == runs[1][0]["seen"]
+
+
+# --- a user's family in its own files, edited between processes ---------------------------
+
+HELPER = """
+import envfleet
+
+SCALE = {scale}
+
+
+@envfleet.kernel_function
+def scaled(x):
+    return x * SCALE
+"""
+
+FAMILY = """
+from typing import NamedTuple
+
+import numpy as np
+from gymnasium import spaces
+
+import envfleet
+import counter_helper
+
+
+class Params(NamedTuple):
+    start: float
+
+
+@envfleet.kernel_function
+def reset_one(i, state, params, rng, obs):
+    state.count[i] = params.start
+    obs[i, 0] = np.float32(state.count[i])
+
+
+@envfleet.kernel_function
+def step_one(i, state, params, actions, rng, obs, rewards, terminated):
+    state.count[i] += actions[i]
+    obs[i, 0] = np.float32(state.count[i])
+    rewards[i] = {reward}
+    terminated[i] = False
+
+
+SPEC = envfleet.NativeEnvSpec(
+    id="Counter-v0",
+    observation_space=spaces.Box(-np.inf, np.inf, (1,), np.float32),
+    action_space=spaces.Discrete(3),
+    state={{"count": (np.float64, ())}},
+    make_params=lambda start=0.0: Params(float(start)),
+    max_episode_steps=100,
+    reset_one=reset_one,
+    step_one=step_one,
+    backends=("numba",),
+)
+"""
+
+COUNTER = """
+import json
+import numpy as np
+import envfleet
+import counter_family
+
+envfleet.register_native_env(counter_family.SPEC)
+env = envfleet.make("envfleet/Counter-v0", 2, backend="numba")
+env.reset(seed=0)
+obs, rewards, *_ = env.step(np.array([1, 2]))
+kernels = env.engine._kernels
+print(json.dumps({"obs": obs.tolist(), "rewards": rewards.tolist(),
+                  "hits": sum(sum(k.stats.cache_hits.values()) for k in kernels),
+                  "misses": sum(sum(k.stats.cache_misses.values()) for k in kernels)}))
+"""
+
+
+def _write_family(where: Path, reward: str, scale: str) -> None:
+    (where / "counter_family.py").write_text(textwrap.dedent(FAMILY.format(reward=reward)))
+    (where / "counter_helper.py").write_text(textwrap.dedent(HELPER.format(scale=scale)))
+
+
+def test_changed_family_source_compiles_again_and_runs_the_new_code(tmp_path):
+    cache = tmp_path / "cache"
+    _write_family(tmp_path, "1.0", "1.0")
+    cold, err = _run(COUNTER, cache, cwd=tmp_path)
+    assert NOTICE in err and cold["rewards"] == [1.0, 1.0]
+    warm, err = _run(COUNTER, cache, cwd=tmp_path)
+    assert NOTICE not in err and (warm["hits"], warm["misses"]) == (2, 0)
+
+    # step_one's own code changes
+    _write_family(tmp_path, "2.5", "1.0")
+    edited, err = _run(COUNTER, cache, cwd=tmp_path)
+    assert NOTICE in err and edited["misses"] > 0
+    assert edited["rewards"] == [2.5, 2.5]
+
+    # a helper in another module (its constant) changes: numba's own cache would miss it
+    (tmp_path / "counter_family.py").write_text(
+        (tmp_path / "counter_family.py").read_text().replace(
+            "rewards[i] = 2.5", "rewards[i] = counter_helper.scaled(2.5)"))
+    _run(COUNTER, cache, cwd=tmp_path)
+    (tmp_path / "counter_helper.py").write_text(textwrap.dedent(HELPER.format(scale="4.0")))
+    helper_edit, err = _run(COUNTER, cache, cwd=tmp_path)
+    assert NOTICE in err and helper_edit["misses"] > 0
+    assert helper_edit["rewards"] == [10.0, 10.0]
+    assert helper_edit["obs"] == cold["obs"] == [[1.0], [2.0]]
+
+
+def test_family_defined_in_a_script_without_a_file_is_cached(tmp_path):
+    cache = tmp_path / "cache"
+    _write_family(tmp_path, "1.0", "1.0")
+    inline = COUNTER.replace("import counter_family\n", textwrap.dedent(
+        FAMILY.format(reward="3.0")).replace("class Params", "class CounterParams")
+        .replace("Params(float(start))", "CounterParams(float(start))") + "\n")
+    inline = inline.replace("counter_family.SPEC", "SPEC")
+    cold, err = _run(inline, cache, cwd=tmp_path)
+    assert NOTICE in err and cold["rewards"] == [3.0, 3.0]
+    warm, err = _run(inline, cache, cwd=tmp_path)
+    assert NOTICE not in err and warm["hits"] == 2 and warm["rewards"] == [3.0, 3.0]
+
+
+# --- the fingerprint and the cache directory (in process: nothing compiles) ---------------
+
+K = 2.0
+
+
+def _constant_user(x):
+    return x * K
+
+
+def test_fingerprint_follows_code_cells_and_globals():
+    def make(scale, offset):
+        def kernel(x):
+            return _constant_user(x) * scale + offset
+        return kernel
+
+    base = fingerprint(make(1.0, 0))
+    assert fingerprint(make(1.0, 0)) == base  # a new closure with the same content
+    assert fingerprint(make(1.5, 0)) != base  # a cell's value
+    assert fingerprint(make(1.0, np.int64(0))) != base  # a cell's type
+    global K
+    saved, K = K, 3.0
+    try:
+        assert fingerprint(make(1.0, 0)) != base  # a global read by a function it calls
+    finally:
+        K = saved
+
+
+def test_fingerprint_is_the_same_in_every_process(tmp_path):
+    script = ("from envfleet.native.kernel_cache import fingerprint\n"
+              "from envfleet.envs.chess import env\n"
+              "print(fingerprint(env.step_one), fingerprint(env.action_check))")
+    prints = {subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                             check=True, env=_environ(None, None, PYTHONHASHSEED=seed)).stdout
+              for seed in ("1", "2")}
+    assert len(prints) == 1
+
+
+def test_cache_dir_default_override_and_off(monkeypatch, tmp_path):
+    for name in ("ENVFLEET_CACHE", "ENVFLEET_CACHE_DIR"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert cache_dir() == tmp_path / "xdg" / "envfleet" / "numba"
+    monkeypatch.setenv("ENVFLEET_CACHE_DIR", str(tmp_path / "mine"))
+    assert cache_dir() == tmp_path / "mine"
+    monkeypatch.setenv("ENVFLEET_CACHE", "0")
+    assert cache_dir() is None
+
+
+#: Gymnasium's registration of envfleet's CartPole (a 1-env numba env) in two worker processes
+WORKERS = """
+import json
+import numpy as np
+import envfleet
+
+env = envfleet.make("envfleet/CartPole-v1", 2, backend="subprocess", seed=3)
+obs, _ = env.reset(seed=3)
+obs, rewards, *_ = env.step(np.array([0, 1]))
+env.close()
+print(json.dumps({"obs": obs.tolist()}))
+"""
+
+
+def test_executor_workers_load_the_kernels(tmp_path):
+    cache = tmp_path / "cache"
+    cold, err = _run(WORKERS, cache)
+    assert NOTICE in err  # the workers compiled
+    warm, err = _run(WORKERS, cache)
+    assert NOTICE not in err, err
+    assert warm == cold
