@@ -43,6 +43,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
@@ -423,7 +424,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
                    if reply[:1] == protocol.ERROR else "its new process did not start")
             self._fatal(w, f"{what}, and could not be restarted ({why})", phase)
-        self._restart_infos += self._infos([w], [reply])[0]
+        self._restart_infos += entries(self._infos([w], [reply])[0])
         for k, rows_value in final_obs.items():
             self.arrays[k][rows] = rows_value
         if self._current is not None:
@@ -459,14 +460,17 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._shutdown()
         raise EnvWorkerError(message, env_index=env)
 
-    def _infos(self, workers: list[Worker], replies: list[bytes]) -> tuple[Infos, Infos]:
-        infos: Infos = []
-        finals: Infos = []
+    def _infos(self, workers: list[Worker],
+               replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
+        """The workers' batched infos and final infos (their piped outputs stored)."""
+        infos, finals = InfoParts(), InfoParts()
         for w, reply in zip(workers, replies, strict=True):
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
-                infos += step_infos
-                finals += final_infos
+                for parts, part in ((infos, step_infos), (finals, final_infos)):
+                    if part is not None:  # a tree over the share's rows, or the infos as a list
+                        parts.append((slice(w.start, w.stop) if type(part) is dict else None,
+                                      part))
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
@@ -475,7 +479,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     # --- executor hooks ------------------------------------------------------------------------
 
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> Infos:
+                    options: dict[str, Any] | None) -> InfoParts:
         infos, lost = self._reset_workers(mask, seeds, options)
         if lost:  # restarted workers: reset their new envs (once)
             only = np.zeros(self.num_envs, dtype=bool)
@@ -487,12 +491,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 w = self._workers[next(iter(still))]
                 self._fatal(w, f"was lost again while its envs were reset after a restart "
                                f"({still[w.index]})", "reset")
-            infos = [(i, info) for i, info in infos if not only[i]] + again
-            infos += self._failure_infos(lost)
+            kept = [(i, info) for i, info in entries(infos) if not only[i]]
+            infos = InfoParts([(None, kept + entries(again) + self._failure_infos(lost))])
         return infos
 
     def _reset_workers(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                       options: dict[str, Any] | None) -> tuple[Infos, dict[int, str]]:
+                       options: dict[str, Any] | None) -> tuple[InfoParts, dict[int, str]]:
         """Reset the masked envs; (infos, the workers lost and restarted meanwhile)."""
         self._begin_batch()
         sent = [w for w in self._workers
@@ -506,7 +510,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         infos = self._exchange(sent, "reset")[0]
         return infos, dict(self._lost)
 
-    def _step_envs(self) -> tuple[Infos, Infos]:
+    def _step_envs(self) -> tuple[InfoParts, InfoParts]:
         self._begin_batch()
         if self.shared_memory:
             self._sync[1] = len(self._workers)
@@ -523,9 +527,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 a["terminated"][w.start:w.stop] = False
                 a["truncated"][w.start:w.stop] = True
             failures = self._failure_infos(self._lost)
-            infos += self._restart_infos + failures
+            infos.append((None, self._restart_infos + failures))
             if self.autoreset_mode is AutoresetMode.SAME_STEP:
-                finals += failures
+                finals.append((None, failures))
         return infos, finals
 
     def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
@@ -574,10 +578,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
                 for i in range(self._workers[index].start, self._workers[index].stop)]
 
-    def _exchange(self, workers: list[Worker], phase: str) -> tuple[Infos, Infos]:
+    def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending
         if not workers:  # e.g. a reset_mask without any True
-            return [], []
+            return InfoParts(), InfoParts()
         if not self.shared_memory:
             return self._infos(workers, self._gather(workers, phase, self.step_timeout))
         return self._infos(workers, self._wait_done(workers, phase))

@@ -20,7 +20,8 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   queued by async sends and answer ``b"Y" + token``, so the parent knows every earlier answer
   has arrived and can drop them.
 - results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
-  None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
+  None))``, the infos of the worker's share batched in one tree each (``executors.infos``);
+  ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
   when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
   counter (under a lock) and the last one to finish writes the batch's number (``sync[2]``, 8
@@ -48,6 +49,7 @@ import cloudpickle
 import numpy as np
 
 from envfleet.executors.group import EnvFailure, EnvGroup
+from envfleet.executors.infos import batch
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 OK = b"k"
@@ -103,9 +105,22 @@ def _piped_outputs(arrays: dict[str, np.ndarray], names: list[str],
     return piped or None
 
 
-def _info_reply(infos: list, finals: list, outputs: dict | None, first: int) -> bytes:
+def _batched(items: list, count: int, first: int) -> dict | list | None:
+    """A share's (env index, info) list as the parent merges it: a tree (``infos.batch``), the
+    list itself when no tree holds it, None when empty."""
+    if not items:
+        return None
+    tree = batch(items, count, first)
+    return items if tree is None else tree
+
+
+def _info_reply(infos: list, finals: list, outputs: dict | None, first: int,
+                count: int) -> bytes:
+    """The reply carrying this share's infos and final infos, each batched over its ``count``
+    envs (one tree, see ``executors.infos``), and its piped output arrays."""
     try:
-        return INFO + pickle.dumps((infos, finals, outputs), protocol=pickle.HIGHEST_PROTOCOL)
+        return INFO + pickle.dumps((_batched(infos, count, first), _batched(finals, count, first),
+                                    outputs), protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:  # an info that cannot be pickled
         index = (infos or finals or [(first, None)])[0][0]
         failure = EnvFailure(index, "step", TypeError(
@@ -201,7 +216,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             group.pending[:] = True
         if fresh == "reset":
             try:
-                conn.send_bytes(_info_reply(group.reset(None, None, None), [], outputs, first))
+                conn.send_bytes(_info_reply(group.reset(None, None, None), [], outputs, first,
+                                            len(envs)))
             except EnvFailure as failure:
                 conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
                 return
@@ -279,7 +295,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     raise RuntimeError(f"unknown command {command!r}")
                 if infos or finals or (outputs is not None and reply == OK
                                        and command in (STEP, RESET)):
-                    reply = _info_reply(infos, finals, outputs, first)
+                    reply = _info_reply(infos, finals, outputs, first, len(envs))
             except EnvFailure as failure:
                 reply = ERROR + pickle.dumps(failure.as_tuple())
             if counter is None or command in (CALL, SET_ATTR):  # (one reply each, no batch)
