@@ -248,3 +248,66 @@ def test_each_worker_sends_one_tree_per_batch() -> None:
         assert all(type(tree) is dict and "x" in tree for _, tree in infos)
     finally:
         env.close()
+
+
+class StableInfoEnv(gym.Env):
+    """Infos whose layout holds for a while: Python and NumPy scalars, an array, a nested dict;
+    env 1 lacks ``x`` at odd t (the masks change, not the layout); from t = 6 on a new key
+    ``late`` (a new layout); at t = 9 alone an object value (that batch goes by pipe)."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, index: int) -> None:
+        self.index = index
+        self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+        self.t = 0
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action):
+        self.t += 1
+        i, t = self.index, self.t
+        info: dict[str, Any] = {"x": 0.25 * t + i, "n": t * 10 + i, "ok": bool(t % 2),
+                                "f32": np.float32(t), "vec": np.full(3, t + i, np.int16),
+                                "nested": {"a": np.int64(i), "b": {"c": float(t)}}}
+        if i == 1 and t % 2:
+            del info["x"]
+        if t >= 6:
+            info["late"] = np.uint8(t)
+        if t == 9:
+            info["name"] = f"env{i}"
+        return np.array([t], dtype=np.float64), 0.0, t >= 20, False, info
+
+
+def test_stable_infos_go_through_shared_memory() -> None:
+    """Once a worker's info layout holds, its infos come through its own segment (made once
+    per layout, named to the parent through the shared buffers), exactly SyncVectorEnv's; a
+    batch that does not fit goes through the pipe; every segment is unlinked at close."""
+    from tests.executors.helpers import assert_nothing_left, our_names, worker_pids
+
+    factories = [functools.partial(StableInfoEnv, i) for i in range(4)]
+    reference_env = gym.vector.SyncVectorEnv(factories)
+    env = envfleet.make(factories, 4, backend="pool", num_workers=2)
+    inner = env.unwrapped
+    reference_env.reset(seed=0)
+    env.reset(seed=0)
+    used = []
+    names: set[str] = set()
+    for t in range(1, 13):
+        want = reference_env.step(np.zeros(4, dtype=np.int64))[4]
+        got = env.step(np.zeros(4, dtype=np.int64))[4]
+        assert_same_infos(want, got, f"step {t}")
+        used.append(inner._info_state.tolist())
+        names |= our_names(env)
+    # t = 1: a first layout; t = 2: the same, a segment (1); t = 6: a new layout, t = 7:
+    # segment 2; t = 9: an object value (the pipe); t = 10 on: segment 2 again
+    assert used == [[0, 0]] + [[1, 1]] * 4 + [[0, 0]] + [[2, 2]] * 2 + [[0, 0]] + [[2, 2]] * 3
+    assert len(inner._info_trees) == 2
+    pids = worker_pids(env)
+    env.close()
+    reference_env.close()
+    assert_nothing_left(pids, names)

@@ -25,11 +25,15 @@ key that is a dict for one env and not for another, keys ``k`` and ``_k`` togeth
 from __future__ import annotations
 
 import functools
+import pickle
+from multiprocessing import shared_memory
 from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
 from gymnasium.vector import VectorEnv
+
+from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 #: the kinds of leaf values: Python int / float / bool, NumPy scalars, arrays, other objects
 KINDS = ("p", "s", "a", "o")
@@ -286,3 +290,99 @@ def add_infos(env: Any, into: dict[str, Any], items: Any) -> dict[str, Any]:
     for i, info in items:
         into = env._add_info(into, info, i)
     return into
+
+
+# --- trees in shared memory (a pool worker whose infos keep one layout) ------------------------
+
+
+def signature(tree: dict[Any, tuple]) -> tuple | None:
+    """The layout of a tree (keys in order; each leaf's dtype, shape and kind), or None when it
+    cannot live in shared memory (object values, values not all of one type)."""
+    out = []
+    for key, entry in tree.items():
+        if len(entry) == 2:
+            sub = signature(entry[0])
+            if sub is None:
+                return None
+            out.append((key, sub))
+            continue
+        values, _, kind, raw = entry
+        if values is None or raw is not None or values.dtype == OBJECT:
+            return None
+        out.append((key, (values.dtype.str, values.shape[1:], kind)))
+    return tuple(out)
+
+
+def _walk(sig: tuple, names: list[int]) -> list:
+    """Each leaf and nested dict of ``sig`` with its array names (values ``v<k>``, masks
+    ``m<k>``, numbered in order): [(key, kind, values name, mask name, subtree or None)]."""
+    out = []
+    for key, spec in sig:
+        k = len(names)
+        names.append(k)
+        if not spec or isinstance(spec[0], tuple):  # a nested dict's signature
+            out.append((key, None, None, f"m{k}", _walk(spec, names)))
+        else:
+            out.append((key, spec, f"v{k}", f"m{k}", None))
+    return out
+
+
+def shared_fields(sig: tuple, rows: int) -> dict[str, tuple[tuple[int, ...], Any]]:
+    """The arrays (name -> (shape, dtype)) that hold a tree of layout ``sig`` over ``rows``."""
+    fields: dict[str, tuple[tuple[int, ...], Any]] = {}
+
+    def add(walked: list) -> None:
+        for _, spec, values, mask, sub in walked:
+            if sub is None:
+                fields[values] = ((rows, *spec[1]), np.dtype(spec[0]))
+            else:
+                add(sub)
+            fields[mask] = ((rows,), np.bool_)
+
+    add(_walk(sig, []))
+    return fields
+
+
+def shared_tree(sig: tuple, arrays: dict[str, np.ndarray]) -> dict[Any, tuple]:
+    """The tree of layout ``sig`` whose arrays are ``arrays`` (``shared_fields``' names)."""
+
+    def build(walked: list) -> dict[Any, tuple]:
+        return {key: (arrays[values], arrays[mask], spec[2], None) if sub is None else
+                (build(sub), arrays[mask]) for key, spec, values, mask, sub in walked}
+
+    return build(_walk(sig, []))
+
+
+def shared_infos(sig: tuple, rows: int) -> SharedBuffers:
+    """A new segment for trees of layout ``sig`` over ``rows``, its layout written first (so
+    that ``attach_infos`` needs only its name)."""
+    head = pickle.dumps(sig, protocol=pickle.HIGHEST_PROTOCOL)
+    shared = SharedBuffers.create(_segment_layout(sig, rows, len(head)))
+    shared.owner = False  # (the parent unlinks it)
+    shared.arrays["head"][:8] = np.frombuffer(len(head).to_bytes(8, "little"), np.uint8)
+    shared.arrays["head"][8:] = np.frombuffer(head, np.uint8)
+    return shared
+
+
+def attach_infos(name: str, rows: int) -> tuple[SharedBuffers, dict[Any, tuple]]:
+    """The segment ``name`` made by ``shared_infos`` (this process unlinks it) and its tree."""
+    segment = shared_memory.SharedMemory(name=name)
+    size = int.from_bytes(bytes(segment.buf[:8]), "little")
+    sig = pickle.loads(bytes(segment.buf[8:8 + size]))
+    shared = SharedBuffers(_segment_layout(sig, rows, size), segment, owner=True)
+    return shared, shared_tree(sig, shared.arrays)
+
+
+def _segment_layout(sig: tuple, rows: int, head: int) -> BufferLayout:
+    return BufferLayout.of({"head": ((8 + head,), np.uint8), **shared_fields(sig, rows)})
+
+
+def copy_tree(src: dict[Any, tuple], dst: dict[Any, tuple]) -> None:
+    """Copy the arrays of ``src`` into ``dst`` (two trees of one layout)."""
+    for key, entry in src.items():
+        target = dst[key]
+        if len(entry) == 2:
+            copy_tree(entry[0], target[0])
+        else:
+            target[0][...] = entry[0]
+        target[1][...] = entry[1]

@@ -29,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from typing import Any
 
 import cloudpickle
@@ -43,7 +44,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
-from envfleet.executors.infos import InfoParts, entries
+from envfleet.executors.infos import InfoParts, attach_infos, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
@@ -54,6 +55,8 @@ MIN_START_TIMEOUT = 60.0
 CLOSE_GRACE = 1.0
 #: the stand-in result of a worker lost (and started again) during a batch
 LOST = b"X"
+#: room for the name of a worker's info segment (``worker.InfoPublisher``)
+INFO_NAME_BYTES = 64
 
 
 def default_start_method() -> str:
@@ -132,6 +135,19 @@ def _stopped(pid: int | None) -> bool:
         return False
 
 
+def _unlink_info_segments(names: np.ndarray) -> None:
+    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
+    (a worker's last one, which the parent may never have attached), and forget them."""
+    for row in names:
+        name = bytes(row).rstrip(b"\0").decode()
+        if name:
+            with contextlib.suppress(OSError, ValueError):
+                segment = shared_memory.SharedMemory(name=name)
+                segment.close()
+                segment.unlink()
+        row[:] = 0
+
+
 def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
               closers: list[Any] | None = None) -> None:
     """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
@@ -158,6 +174,8 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
             w.conn.close()
         with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
             w.process.close()
+    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
+        _unlink_info_segments(buffers[0].arrays["infonames"])
     for b in buffers:
         b.close()
         b.unlink()
@@ -244,6 +262,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._watch(w)
 
         self._current = None  # set once the shared buffers exist; read by _fatal before that
+        self._info_state = None  # (the same: shared memory only)
+        # per worker: (its info segment's number, the segment, its tree of arrays)
+        self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
@@ -256,6 +277,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             # [workers finished, workers expected, batch number]
             fields["sync"] = ((3,), np.int64)
             fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
+            # per worker: which of its info segments holds this step's infos (0: none), and
+            # that segment's name (worker.InfoPublisher)
+            fields["infostate"] = ((self.num_workers,), np.int64)
+            fields["infonames"] = ((self.num_workers, INFO_NAME_BYTES), np.uint8)
             self._layout = BufferLayout.of(fields)
             shared = SharedBuffers.create(self._layout)
             self._buffers.append(shared)
@@ -263,6 +288,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._current = shared.arrays["current"]
             self._sync = shared.arrays["sync"]
             self._finished = shared.arrays["finished"]
+            self._info_state = shared.arrays["infostate"]
+            self._info_names = shared.arrays["infonames"]
         else:
             self._bind(layout.local())
             self._current = None
@@ -398,6 +425,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(2.0)
+        self._drop_infos(w.index, lost=True)
         with contextlib.suppress(OSError):
             w.conn.close()
         with contextlib.suppress(ValueError):
@@ -464,7 +492,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
         """The workers' batched infos and final infos (their piped outputs stored)."""
         infos, finals = InfoParts(), InfoParts()
+        state = self._info_state
         for w, reply in zip(workers, replies, strict=True):
+            if state is not None and state[w.index] and reply[:1] in (protocol.OK,
+                                                                       protocol.INFO):
+                infos.append((slice(w.start, w.stop), self._shared_infos(w)))
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
                 for parts, part in ((infos, step_infos), (finals, final_infos)):
@@ -475,6 +507,33 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
         return infos, finals
+
+    def _shared_infos(self, w: Worker) -> dict:
+        """The tree of worker ``w``'s step infos in its info segment (attached on first sight
+        of a new segment: the worker writes its name before its number)."""
+        number = int(self._info_state[w.index])
+        known = self._info_trees.get(w.index)
+        if known is None or known[0] != number:
+            self._drop_infos(w.index)
+            name = bytes(self._info_names[w.index]).rstrip(b"\0").decode()
+            shared, tree = attach_infos(name, w.stop - w.start)
+            self._buffers.append(shared)
+            known = self._info_trees[w.index] = (number, shared, tree)
+        return known[2]
+
+    def _drop_infos(self, index: int, lost: bool = False) -> None:
+        """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
+        ``lost``, also the one it may have made last without the parent seeing it used."""
+        known = self._info_trees.pop(index, None)
+        if known is not None:
+            shared = known[1]
+            del known
+            shared.close()
+            shared.unlink()
+            self._buffers.remove(shared)
+        if lost and self._info_state is not None:
+            _unlink_info_segments(self._info_names[index:index + 1])
+            self._info_state[index] = 0
 
     # --- executor hooks ------------------------------------------------------------------------
 
