@@ -4,7 +4,9 @@ the trees; checked against Gymnasium's own ``VectorEnv._add_info`` (and ``SyncVe
 from __future__ import annotations
 
 import functools
+import os
 import random
+import signal
 from typing import Any, ClassVar
 
 import gymnasium as gym
@@ -257,8 +259,9 @@ class StableInfoEnv(gym.Env):
 
     metadata: ClassVar[dict] = {"render_modes": []}
 
-    def __init__(self, index: int) -> None:
+    def __init__(self, index: int, die_at: int | None = None) -> None:
         self.index = index
+        self.die_at = die_at  # (its process is killed at this step)
         self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
         self.action_space = spaces.Discrete(2)
         self.t = 0
@@ -271,6 +274,8 @@ class StableInfoEnv(gym.Env):
     def step(self, action):
         self.t += 1
         i, t = self.index, self.t
+        if t == self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
         info: dict[str, Any] = {"x": 0.25 * t + i, "n": t * 10 + i, "ok": bool(t % 2),
                                 "f32": np.float32(t), "vec": np.full(3, t + i, np.int16),
                                 "nested": {"a": np.int64(i), "b": {"c": float(t)}}}
@@ -311,3 +316,31 @@ def test_stable_infos_go_through_shared_memory() -> None:
     env.close()
     reference_env.close()
     assert_nothing_left(pids, names)
+
+
+def test_a_lost_worker_with_an_info_segment() -> None:
+    """A worker killed while its infos are in its segment: the segment is unlinked, its new
+    process makes its own, the other worker's infos keep coming, nothing is left at close."""
+    from tests.executors.helpers import assert_nothing_left, our_names, worker_pids
+
+    factories = [functools.partial(StableInfoEnv, i, die_at=4 if i == 3 else None)
+                 for i in range(4)]
+    env = envfleet.make(factories, 4, backend="pool", num_workers=2, restart_failed=True)
+    inner = env.unwrapped
+    env.reset(seed=0)
+    names: set[str] = set()
+    pids = set(worker_pids(env))
+    for t in range(1, 5 + 3):
+        info = env.step(np.zeros(4, dtype=np.int64))[4]
+        names |= our_names(env)
+        pids |= set(worker_pids(env))
+        if t == 4:  # worker 1 (envs 2, 3) lost: its envs' infos say so
+            assert info["_env_failure"].tolist() == [False, False, True, True]
+        else:
+            assert "env_failure" not in info
+            assert info["n"][:2].tolist() == [10 * t, 10 * t + 1]
+    # worker 0: its second segment (``late`` came at t = 6); worker 1's new process (its envs
+    # new at t = 4, reset at t = 5): its first
+    assert inner._info_state.tolist() == [2, 1]
+    env.close()
+    assert_nothing_left(sorted(pids), names)
