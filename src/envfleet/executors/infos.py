@@ -234,26 +234,45 @@ def _add_each(parts: list[Part], num_envs: int, into: dict[str, Any]) -> dict[st
     return into
 
 
+def _tiled(trees: list[tuple[Any, dict]], n: int) -> bool:
+    """The trees' rows are slices that cover the envs ``0 .. n - 1`` in order."""
+    stop = 0
+    for rows, _ in trees:
+        if not isinstance(rows, slice) or rows.start != stop:
+            return False
+        stop = rows.stop
+    return stop == n
+
+
 def _merge(trees: list[tuple[Any, dict]], n: int) -> dict[str, Any]:
     keys = dict.fromkeys(k for _, tree in trees for k in tree)
+    tiled = _tiled(trees, n)  # (then a key all the trees have is one concatenation)
     out: dict[str, Any] = {}
     for key in keys:
         found = [(rows, tree[key]) for rows, tree in trees if key in tree]
         first = found[0][1]
+        every = tiled and len(found) == len(trees)
         if len(first) == 4 and first[0] is not None and all(
                 len(e) == 4 and e[0] is not None and e[0].dtype == first[0].dtype
                 and e[0].shape[1:] == first[0].shape[1:] for _, e in found):
-            dtype = first[0].dtype
-            values = np.full(n, None, dtype=object) if dtype == OBJECT else \
-                np.zeros((n, *first[0].shape[1:]), dtype=dtype)
-            mask = np.zeros(n, dtype=np.bool_)
-            for rows, (v, m, _, _) in found:
-                _put(values, mask, rows, v, m)
+            if every:
+                values = np.concatenate([e[0] for _, e in found])
+                mask = np.concatenate([e[1] for _, e in found])
+            else:
+                dtype = first[0].dtype
+                values = np.full(n, None, dtype=object) if dtype == OBJECT else \
+                    np.zeros((n, *first[0].shape[1:]), dtype=dtype)
+                mask = np.zeros(n, dtype=np.bool_)
+                for rows, (v, m, _, _) in found:
+                    _put(values, mask, rows, v, m)
             out[key], out[f"_{key}"] = values, mask
         elif all(len(e) == 2 for _, e in found):
-            mask = np.zeros(n, dtype=np.bool_)
-            for rows, (_, m) in found:
-                _put(None, mask, rows, None, m)
+            if every:
+                mask = np.concatenate([e[1] for _, e in found])
+            else:
+                mask = np.zeros(n, dtype=np.bool_)
+                for rows, (_, m) in found:
+                    _put(None, mask, rows, None, m)
             out[key], out[f"_{key}"] = _merge([(rows, e[0]) for rows, e in found], n), mask
         else:  # the values disagree on dtype or shape: add them env by env
             view = adder(n)

@@ -288,7 +288,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._current = shared.arrays["current"]
             self._sync = shared.arrays["sync"]
             self._finished = shared.arrays["finished"]
-            self._info_state = shared.arrays["infostate"]
+            # (read every batch: a memoryview's items are cheaper to read than NumPy's)
+            self._info_state = memoryview(shared.arrays["infostate"]).cast("B").cast("q")
             self._info_names = shared.arrays["infonames"]
         else:
             self._bind(layout.local())
@@ -494,8 +495,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         infos, finals = InfoParts(), InfoParts()
         state = self._info_state
         for w, reply in zip(workers, replies, strict=True):
-            if state is not None and state[w.index] and reply[:1] in (protocol.OK,
-                                                                       protocol.INFO):
+            if state is not None and state[w.index] and reply[:1] != LOST:
                 infos.append((slice(w.start, w.stop), self._shared_infos(w)))
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
@@ -511,7 +511,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _shared_infos(self, w: Worker) -> dict:
         """The tree of worker ``w``'s step infos in its info segment (attached on first sight
         of a new segment: the worker writes its name before its number)."""
-        number = int(self._info_state[w.index])
+        number = self._info_state[w.index]
         known = self._info_trees.get(w.index)
         if known is None or known[0] != number:
             self._drop_infos(w.index)
