@@ -54,7 +54,7 @@ VALUES = [
     lambda r: np.arange(3.0) * r.random(), lambda r: np.zeros(2, np.int32) + r.randint(0, 3),
     lambda r: f"s{r.randint(0, 3)}", lambda r: None, lambda r: [1, r.randint(0, 2)],
     lambda r: np.bool_(r.random() < 0.5), lambda r: np.array(r.random()), lambda r: 2**70,
-    lambda r: float("nan"),
+    lambda r: float("nan"), lambda r: np.zeros(2, dtype=[("a", "i4"), ("b", "f8")]),
 ]
 
 
@@ -139,6 +139,16 @@ def test_shares_that_disagree_on_a_dtype() -> None:
     got = batched.merge(parts, 5)
     assert_same_infos(reference(items, 5)[0], got)
     assert got["x"].dtype == np.int64 and got["x"].tolist() == [1, 0, 0, 2, 7]
+
+
+def test_what_shared_memory_cannot_hold_has_no_layout() -> None:
+    """Object values, values of mixed types and structured arrays go through the pipe."""
+    record = np.zeros(2, dtype=[("a", "i4"), ("b", "f8")])
+    assert batched.signature(batched.batch([(0, {"x": 1.0, "v": np.arange(2)})], 2)) == (
+        ("x", ("<f8", (), "p")), ("v", ("<i8", (2,), "a")))
+    for info in ({"x": "text"}, {"r": record}, {"n": {"deep": None}}):
+        assert batched.signature(batched.batch([(0, info)], 2)) is None, info
+    assert batched.signature(batched.batch([(0, {"x": 1}), (1, {"x": 2.5})], 2)) is None
 
 
 # --- executors against Gymnasium's SyncVectorEnv ---------------------------------------------

@@ -316,7 +316,8 @@ def add_infos(env: Any, into: dict[str, Any], items: Any) -> dict[str, Any]:
 
 def signature(tree: dict[Any, tuple]) -> tuple | None:
     """The layout of a tree (keys in order; each leaf's dtype, shape and kind), or None when it
-    cannot live in shared memory (object values, values not all of one type)."""
+    cannot live in shared memory (object values, values not all of one type, a dtype that its
+    ``str`` does not give back: structured arrays)."""
     out = []
     for key, entry in tree.items():
         if len(entry) == 2:
@@ -326,7 +327,8 @@ def signature(tree: dict[Any, tuple]) -> tuple | None:
             out.append((key, sub))
             continue
         values, _, kind, raw = entry
-        if values is None or raw is not None or values.dtype == OBJECT:
+        if values is None or raw is not None or values.dtype.hasobject \
+                or np.dtype(values.dtype.str) != values.dtype:  # (structured: by pipe)
             return None
         out.append((key, (values.dtype.str, values.shape[1:], kind)))
     return tuple(out)
