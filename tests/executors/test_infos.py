@@ -130,6 +130,35 @@ def test_checker_catches_a_wrong_dtype_or_mask() -> None:
             assert_same_infos(want, bad)
 
 
+@pytest.mark.parametrize("bug", ["int as float64", "masks all True", "rows misplaced"])
+def test_the_comparison_catches_a_broken_batcher(bug, monkeypatch) -> None:
+    """Plausible bugs in batch / merge make the comparison with _add_info fail."""
+    if bug == "int as float64":
+        new_leaf = batched._new_leaf
+
+        def wrong(key, value, n):
+            leaf = new_leaf(key, value, n)
+            if type(value) is int:
+                leaf[0] = leaf[0].astype(np.float64)
+            return leaf
+
+        monkeypatch.setattr(batched, "_new_leaf", wrong)
+    elif bug == "masks all True":
+        freeze = batched._freeze
+        monkeypatch.setattr(batched, "_freeze", lambda tree: {
+            k: (*e[:1], np.ones_like(e[1]), *e[2:]) for k, e in freeze(tree).items()})
+    else:  # every share's rows put at the first rows
+        put = batched._put
+        monkeypatch.setattr(batched, "_tiled", lambda trees, n: False)
+        monkeypatch.setattr(batched, "_put", lambda values, mask, rows, v, m: put(
+            values, mask, slice(0, len(m)), v, m))
+    items = [(0, {"x": 1, "y": 0.5}), (2, {"x": 2})]
+    parts = batched.InfoParts([(slice(0, 2), batched.batch(items[:1], 2)),
+                               (slice(2, 3), batched.batch(items[1:], 1, 2))])
+    with pytest.raises(AssertionError):
+        assert_same_infos(reference(items, 3)[0], batched.merge(parts, 3))
+
+
 def test_shares_that_disagree_on_a_dtype() -> None:
     """Env 0 (worker 0) gives an int, env 3 (worker 1) a float then env 4 an int: the array is
     int64 as _add_info makes it (env 3's float truncated), not worker 1's float64."""
