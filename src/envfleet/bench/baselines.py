@@ -13,7 +13,11 @@ or any Gymnasium id):
 - ``sb3-subproc``: Stable-Baselines3's ``SubprocVecEnv`` (one worker process per env, pipes);
 - ``envpool``: EnvPool's own C++ env of the same id (``envpool.make_gymnasium(id, num_envs=N,
   batch_size=N, num_threads=T)``, sync mode), measured at every thread count T from 1 to the
-  usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``).
+  usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``);
+- ``puffer``: PufferLib's ``Multiprocessing`` vector env over its Gymnasium emulation of the
+  id (``pufferlib.vector.make(..., backend=Multiprocessing, num_workers=W, batch_size=N)``, W
+  the most usable cores that divide N, busy-waiting workers as PufferLib runs them); an
+  optional peer of the executors (``envfleet[puffer]``: pufferlib-core), measured when asked.
 
 Every contender is stepped with the same fixed batch of random actions, drawn from the batched
 action space (the same seed gives the same actions, discrete or continuous).
@@ -168,6 +172,40 @@ def _envpool(env_id: str, num_envs: int, seed: int, num_threads: int = 1) -> Bas
     )
 
 
+def _puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
+    """One env of ``env_id`` as PufferLib's Gymnasium emulation (its worker's envs)."""
+    import pufferlib.emulation
+
+    return pufferlib.emulation.GymnasiumPufferEnv(env_creator=gymnasium.make, env_args=[env_id],
+                                                  buf=buf, seed=seed)
+
+
+def _puffer(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
+    """PufferLib's ``Multiprocessing`` vector env: W workers (the most usable cores that divide
+    ``num_envs``, as PufferLib requires), every env each call (``batch_size=num_envs``)."""
+    import pufferlib.vector
+
+    from envfleet.machine import usable_cores
+
+    workers = max(w for w in range(1, usable_cores() + 1) if num_envs % w == 0)
+    env = pufferlib.vector.make(functools.partial(_puffer_env, env_id), num_envs=num_envs,
+                                backend=pufferlib.vector.Multiprocessing, num_workers=workers,
+                                batch_size=num_envs, overwork=True, seed=seed)
+    single = gymnasium.make(env_id).action_space
+
+    def reset() -> Any:
+        env.async_reset(seed)
+        return env.recv()[0]
+
+    def step(actions: Any) -> Any:
+        env.send(np.asarray(actions).astype(env.actions.dtype).reshape(num_envs, *env.atn_shape))
+        return env.recv()
+
+    return BaselineEnv(reset=reset, step=step,
+                       action_space=gymnasium.vector.utils.batch_space(single, num_envs),
+                       close=env.close)
+
+
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
@@ -183,6 +221,8 @@ BASELINES: dict[str, Baseline] = {
         Baseline("envpool", "EnvPool's C++ env (sync mode, its best thread count)", False,
                  _envpool, requires="envpool", thread_sweep=True, extra="envpool",
                  executor_default=False),
+        Baseline("puffer", "PufferLib's Multiprocessing vector env (its Gymnasium emulation)",
+                 True, _puffer, requires="pufferlib", extra="puffer", executor_default=False),
         *peer_baselines(),
     )
 }
