@@ -190,7 +190,7 @@ def _pufferlib(env_id: str, num_envs: int, seed: int, num_workers: int | None = 
     workers = num_workers or max(w for w in range(1, usable_cores() + 1) if num_envs % w == 0)
     env = pufferlib.vector.make(functools.partial(_puffer_env, env_id), num_envs=num_envs,
                                 num_workers=workers, backend=pufferlib.vector.Multiprocessing,
-                                seed=seed)
+                                overwork=True, seed=seed)  # overwork: allowed on 2 vCPUs
     return BaselineEnv(
         reset=lambda: env.reset(seed=seed)[0], step=env.step,
         action_space=gymnasium.vector.utils.batch_space(env.single_action_space, num_envs),

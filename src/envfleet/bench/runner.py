@@ -103,8 +103,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
              f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
              f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; other ids: "
-             f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool; each only if it "
-             "can run here, cuda not under the CUDA simulator; ray only when asked for)")
+             f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool and pufferlib; "
+             "each only if it can run here, cuda not under the CUDA simulator; ray only when "
+             "asked for)")
     parser.add_argument(
         "--num-envs", type=_ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "

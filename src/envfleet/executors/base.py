@@ -21,6 +21,7 @@ from gymnasium.vector.utils import batch_space
 from envfleet.contract import check_reset_mask, check_seed, env_seeds
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import Infos
+from envfleet.executors.infos import InfoParts, add_infos
 from envfleet.executors.outputs import BadEnvOutput
 from envfleet.executors.shared_memory import (
     BufferLayout,
@@ -169,11 +170,12 @@ class ExecutorVectorEnv(VectorEnv):
     # --- executor hooks ------------------------------------------------------------------------
 
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> Infos:
+                    options: dict[str, Any] | None) -> Infos | InfoParts:
         raise NotImplementedError
 
-    def _step_envs(self) -> tuple[Infos, Infos]:
-        """Step every env with the actions in the action buffers; (infos, final infos)."""
+    def _step_envs(self) -> tuple[Infos | InfoParts, Infos | InfoParts]:
+        """Step every env with the actions in the action buffers; (infos, final infos): each
+        a list of (env index, info) or ``InfoParts`` (already batched by share)."""
         raise NotImplementedError
 
     def _close_executor(self) -> None:
@@ -220,7 +222,7 @@ class ExecutorVectorEnv(VectorEnv):
             seed = self._initial_seed
         seeds = None if seed is None else env_seeds(seed, self.num_envs)
 
-        def reset_envs() -> Infos:
+        def reset_envs() -> Infos | InfoParts:
             if self._interrupted:
                 self._resync()
                 self._interrupted = False
@@ -233,10 +235,7 @@ class ExecutorVectorEnv(VectorEnv):
             self._needs_reset[:] = False
         else:
             self._needs_reset[mask] = False
-        infos: dict[str, Any] = {}
-        for i, info in infos_list:
-            infos = self._add_info(infos, info, i)
-        return self._out(self._obs), infos
+        return self._out(self._obs), add_infos(self, {}, infos_list)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step every env; autoreset as ``metadata["autoreset_mode"]`` says."""
@@ -260,13 +259,9 @@ class ExecutorVectorEnv(VectorEnv):
             if ended.any():
                 infos["final_obs"] = final_obs_info(self._final_obs, ended)
                 infos["_final_obs"] = ended
-                final_info: dict[str, Any] = {}
-                for i, info in final_infos:
-                    final_info = self._add_info(final_info, info, i)
-                infos["final_info"] = final_info
+                infos["final_info"] = add_infos(self, {}, final_infos)
                 infos["_final_info"] = ended.copy()
-        for i, info in step_infos:
-            infos = self._add_info(infos, info, i)
+        infos = add_infos(self, infos, step_infos)
         return (self._out(self._obs), self._out(a["rewards"]), self._out(terminated),
                 self._out(truncated), infos)
 

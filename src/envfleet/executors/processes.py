@@ -29,6 +29,7 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from multiprocessing import shared_memory
 from typing import Any
 
 import cloudpickle
@@ -43,6 +44,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.infos import InfoParts, attach_infos, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
@@ -53,6 +55,8 @@ MIN_START_TIMEOUT = 60.0
 CLOSE_GRACE = 1.0
 #: the stand-in result of a worker lost (and started again) during a batch
 LOST = b"X"
+#: room for the name of a worker's info segment (``worker.InfoPublisher``)
+INFO_NAME_BYTES = 64
 
 
 def default_start_method() -> str:
@@ -131,6 +135,19 @@ def _stopped(pid: int | None) -> bool:
         return False
 
 
+def _unlink_info_segments(names: np.ndarray) -> None:
+    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
+    (a worker's last one, which the parent may never have attached), and forget them."""
+    for row in names:
+        name = bytes(row).rstrip(b"\0").decode()
+        if name:
+            with contextlib.suppress(OSError, ValueError):
+                segment = shared_memory.SharedMemory(name=name)
+                segment.close()
+                segment.unlink()
+        row[:] = 0
+
+
 def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
               closers: list[Any] | None = None) -> None:
     """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
@@ -157,6 +174,8 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
             w.conn.close()
         with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
             w.process.close()
+    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
+        _unlink_info_segments(buffers[0].arrays["infonames"])
     for b in buffers:
         b.close()
         b.unlink()
@@ -243,6 +262,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._watch(w)
 
         self._current = None  # set once the shared buffers exist; read by _fatal before that
+        self._info_state = None  # (the same: shared memory only)
+        # per worker: (its info segment's number, the segment, its tree of arrays)
+        self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
@@ -255,6 +277,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             # [workers finished, workers expected, batch number]
             fields["sync"] = ((3,), np.int64)
             fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
+            # per worker: which of its info segments holds this step's infos (0: none), and
+            # that segment's name (worker.InfoPublisher)
+            fields["infostate"] = ((self.num_workers,), np.int64)
+            fields["infonames"] = ((self.num_workers, INFO_NAME_BYTES), np.uint8)
             self._layout = BufferLayout.of(fields)
             shared = SharedBuffers.create(self._layout)
             self._buffers.append(shared)
@@ -262,6 +288,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._current = shared.arrays["current"]
             self._sync = shared.arrays["sync"]
             self._finished = shared.arrays["finished"]
+            # (read every batch: a memoryview's items are cheaper to read than NumPy's)
+            self._info_state = memoryview(shared.arrays["infostate"]).cast("B").cast("q")
+            self._info_names = shared.arrays["infonames"]
         else:
             self._bind(layout.local())
             self._current = None
@@ -397,6 +426,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             with contextlib.suppress(ProcessLookupError, TypeError):
                 os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(2.0)
+        self._drop_infos(w.index, lost=True)
         with contextlib.suppress(OSError):
             w.conn.close()
         with contextlib.suppress(ValueError):
@@ -423,7 +453,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
                    if reply[:1] == protocol.ERROR else "its new process did not start")
             self._fatal(w, f"{what}, and could not be restarted ({why})", phase)
-        self._restart_infos += self._infos([w], [reply])[0]
+        self._restart_infos += entries(self._infos([w], [reply])[0])
         for k, rows_value in final_obs.items():
             self.arrays[k][rows] = rows_value
         if self._current is not None:
@@ -459,23 +489,56 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._shutdown()
         raise EnvWorkerError(message, env_index=env)
 
-    def _infos(self, workers: list[Worker], replies: list[bytes]) -> tuple[Infos, Infos]:
-        infos: Infos = []
-        finals: Infos = []
+    def _infos(self, workers: list[Worker],
+               replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
+        """The workers' batched infos and final infos (their piped outputs stored)."""
+        infos, finals = InfoParts(), InfoParts()
+        state = self._info_state
         for w, reply in zip(workers, replies, strict=True):
+            if state is not None and state[w.index] and reply[:1] != LOST:
+                infos.append((slice(w.start, w.stop), self._shared_infos(w)))
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
-                infos += step_infos
-                finals += final_infos
+                for parts, part in ((infos, step_infos), (finals, final_infos)):
+                    if part is not None:  # a tree over the share's rows, or the infos as a list
+                        parts.append((slice(w.start, w.stop) if type(part) is dict else None,
+                                      part))
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
         return infos, finals
 
+    def _shared_infos(self, w: Worker) -> dict:
+        """The tree of worker ``w``'s step infos in its info segment (attached on first sight
+        of a new segment: the worker writes its name before its number)."""
+        number = self._info_state[w.index]
+        known = self._info_trees.get(w.index)
+        if known is None or known[0] != number:
+            self._drop_infos(w.index)
+            name = bytes(self._info_names[w.index]).rstrip(b"\0").decode()
+            shared, tree = attach_infos(name, w.stop - w.start)
+            self._buffers.append(shared)
+            known = self._info_trees[w.index] = (number, shared, tree)
+        return known[2]
+
+    def _drop_infos(self, index: int, lost: bool = False) -> None:
+        """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
+        ``lost``, also the one it may have made last without the parent seeing it used."""
+        known = self._info_trees.pop(index, None)
+        if known is not None:
+            shared = known[1]
+            del known
+            shared.close()
+            shared.unlink()
+            self._buffers.remove(shared)
+        if lost and self._info_state is not None:
+            _unlink_info_segments(self._info_names[index:index + 1])
+            self._info_state[index] = 0
+
     # --- executor hooks ------------------------------------------------------------------------
 
     def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> Infos:
+                    options: dict[str, Any] | None) -> InfoParts:
         infos, lost = self._reset_workers(mask, seeds, options)
         if lost:  # restarted workers: reset their new envs (once)
             only = np.zeros(self.num_envs, dtype=bool)
@@ -487,12 +550,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 w = self._workers[next(iter(still))]
                 self._fatal(w, f"was lost again while its envs were reset after a restart "
                                f"({still[w.index]})", "reset")
-            infos = [(i, info) for i, info in infos if not only[i]] + again
-            infos += self._failure_infos(lost)
+            kept = [(i, info) for i, info in entries(infos) if not only[i]]
+            infos = InfoParts([(None, kept + entries(again) + self._failure_infos(lost))])
         return infos
 
     def _reset_workers(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                       options: dict[str, Any] | None) -> tuple[Infos, dict[int, str]]:
+                       options: dict[str, Any] | None) -> tuple[InfoParts, dict[int, str]]:
         """Reset the masked envs; (infos, the workers lost and restarted meanwhile)."""
         self._begin_batch()
         sent = [w for w in self._workers
@@ -506,7 +569,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         infos = self._exchange(sent, "reset")[0]
         return infos, dict(self._lost)
 
-    def _step_envs(self) -> tuple[Infos, Infos]:
+    def _step_envs(self) -> tuple[InfoParts, InfoParts]:
         self._begin_batch()
         if self.shared_memory:
             self._sync[1] = len(self._workers)
@@ -523,9 +586,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 a["terminated"][w.start:w.stop] = False
                 a["truncated"][w.start:w.stop] = True
             failures = self._failure_infos(self._lost)
-            infos += self._restart_infos + failures
+            infos.append((None, self._restart_infos + failures))
             if self.autoreset_mode is AutoresetMode.SAME_STEP:
-                finals += failures
+                finals.append((None, failures))
         return infos, finals
 
     def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
@@ -574,10 +637,10 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
                 for i in range(self._workers[index].start, self._workers[index].stop)]
 
-    def _exchange(self, workers: list[Worker], phase: str) -> tuple[Infos, Infos]:
+    def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending
         if not workers:  # e.g. a reset_mask without any True
-            return [], []
+            return InfoParts(), InfoParts()
         if not self.shared_memory:
             return self._infos(workers, self._gather(workers, phase, self.step_timeout))
         return self._infos(workers, self._wait_done(workers, phase))

@@ -20,7 +20,8 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   queued by async sends and answer ``b"Y" + token``, so the parent knows every earlier answer
   has arrived and can drop them.
 - results: ``b"k"`` nothing to report; ``b"i" + pickle((infos, final infos, output arrays or
-  None))``; ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
+  None))``, the infos of the worker's share batched in one tree each (``executors.infos``);
+  ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
   when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
   counter (under a lock) and the last one to finish writes the batch's number (``sync[2]``, 8
@@ -48,6 +49,7 @@ import cloudpickle
 import numpy as np
 
 from envfleet.executors.group import EnvFailure, EnvGroup
+from envfleet.executors.infos import batch, copy_tree, shared_infos, shared_tree, signature
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 OK = b"k"
@@ -103,11 +105,91 @@ def _piped_outputs(arrays: dict[str, np.ndarray], names: list[str],
     return piped or None
 
 
-def _info_reply(infos: list, finals: list, outputs: dict | None, first: int) -> bytes:
+def _batched(items: list, count: int, first: int) -> dict | list | None:
+    """A share's (env index, info) list as the parent merges it: a tree (``infos.batch``), the
+    list itself when no tree holds it, None when empty."""
+    if not items:
+        return None
+    tree = batch(items, count, first)
+    return items if tree is None else tree
+
+
+def _picklable(value: Any) -> bool:
     try:
-        return INFO + pickle.dumps((infos, finals, outputs), protocol=pickle.HIGHEST_PROTOCOL)
+        pickle.dumps(value)
+        return True
+    except Exception:
+        return False
+
+
+class InfoPublisher:
+    """Puts a worker's step infos in a shared-memory segment of its own once their layout
+    (keys in order, dtypes, shapes: ``infos.signature``) is the same two batches running.
+
+    A segment is made once per stable layout (at most ``MAX_SEGMENTS`` times: the infos of a
+    layout that keeps changing then go through the pipe for good); it starts with its layout
+    (``infos.write_layout``) and its name goes to ``names[slot]``. Every batch, ``state[slot]``
+    says which segment holds this batch's infos (its number, from 1), or 0 (none: no infos, or
+    sent through the pipe). The parent attaches by name when it sees a new number and unlinks
+    the segments; a worker unlinks its previous segment itself when it makes a new one.
+    """
+
+    MAX_SEGMENTS = 4
+
+    def __init__(self, count: int, state: np.ndarray, names: np.ndarray, slot: int) -> None:
+        self.count, self.state, self.names, self.slot = count, state, names, slot
+        self.last: tuple | None = None  # the previous batch's layout
+        self.sig: tuple | None = None  # the segment's layout
+        self.shared: SharedBuffers | None = None
+        self.tree: dict | None = None  # the segment's arrays, as a tree
+        self.made = 0
+
+    def publish(self, tree: Any) -> bool:
+        """Write ``tree`` (this batch's infos: a tree, a list or None) into the segment if it
+        fits (True)."""
+        sig = signature(tree) if type(tree) is dict else None
+        stable, self.last = sig is not None and sig == self.last, sig
+        if stable and sig != self.sig and self.made < self.MAX_SEGMENTS:
+            self.close(unlink=True)
+            self.shared = shared_infos(sig, self.count)
+            self.tree = shared_tree(sig, self.shared.arrays)
+            self.sig = sig
+            self.made += 1
+            self.names[self.slot] = 0
+            name = self.shared.name.encode()
+            self.names[self.slot, :len(name)] = np.frombuffer(name, dtype=np.uint8)
+        if sig is None or sig != self.sig:
+            self.state[self.slot] = 0
+            return False
+        copy_tree(tree, self.tree)
+        self.state[self.slot] = self.made
+        return True
+
+    def clear(self) -> None:
+        """This batch has no infos in the segment."""
+        self.state[self.slot] = 0
+
+    def close(self, unlink: bool = False) -> None:
+        """Unmap the segment (and remove its name: a new one replaces it)."""
+        self.tree = None
+        if self.shared is not None:
+            self.shared.close()
+            if unlink:
+                self.shared.owner = True
+                self.shared.unlink()
+            self.shared = None
+
+
+def _info_reply(infos: Any, finals: Any, outputs: dict | None, given: list,
+                first: int) -> bytes:
+    """The reply carrying this share's infos and final infos (each batched in one tree, see
+    ``executors.infos``, or None) and its piped output arrays; an info that cannot be pickled
+    is named by its env (``given``: the (env index, info) pairs)."""
+    try:
+        return INFO + pickle.dumps((infos, finals, outputs),
+                                   protocol=pickle.HIGHEST_PROTOCOL)
     except Exception as error:  # an info that cannot be pickled
-        index = (infos or finals or [(first, None)])[0][0]
+        index = next((i for i, info in given if not _picklable(info)), first)
         failure = EnvFailure(index, "step", TypeError(
             f"its info could not be sent to the parent: {error}"))
         return ERROR + pickle.dumps(failure.as_tuple())
@@ -163,6 +245,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
     envs: list[Any] = []
     shared: SharedBuffers | None = None
     group: EnvGroup | None = None
+    publisher: InfoPublisher | None = None
     try:
         try:
             factories = cloudpickle.loads(payload)
@@ -199,9 +282,12 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         # a worker started again in place of a lost one: its envs are new (see processes.py)
         if fresh == "pending":
             group.pending[:] = True
+        count = len(envs)
         if fresh == "reset":
             try:
-                conn.send_bytes(_info_reply(group.reset(None, None, None), [], outputs, first))
+                given = group.reset(None, None, None)
+                conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs,
+                                            given, first))
             except EnvFailure as failure:
                 conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
                 return
@@ -209,6 +295,8 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             conn.send_bytes(OK)
         counter = arrays["sync"] if shared is not None else None
         finished = arrays["finished"] if shared is not None else None
+        publisher = InfoPublisher(count, arrays["infostate"], arrays["infonames"], slot) \
+            if shared is not None else None
         queue: collections.deque[int] = collections.deque()  # async: envs to step, in order
         waiter = CommandWaiter(conn, int(spin_us * 1000) if counter is not None else 0)
         while True:
@@ -277,9 +365,16 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     return
                 else:
                     raise RuntimeError(f"unknown command {command!r}")
-                if infos or finals or (outputs is not None and reply == OK
-                                       and command in (STEP, RESET)):
-                    reply = _info_reply(infos, finals, outputs, first)
+                if command in (STEP, RESET):
+                    tree = _batched(infos, count, first)
+                    if publisher is not None:
+                        if command == STEP and publisher.publish(tree):
+                            tree = None  # (in shared memory)
+                        elif command == RESET:
+                            publisher.clear()
+                    if tree is not None or finals or outputs is not None:
+                        reply = _info_reply(tree, _batched(finals, count, first), outputs,
+                                            infos + finals, first)
             except EnvFailure as failure:
                 reply = ERROR + pickle.dumps(failure.as_tuple())
             if counter is None or command in (CALL, SET_ATTR):  # (one reply each, no batch)
@@ -307,5 +402,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 with contextlib.suppress(Exception):
                     env.close()
         if shared is not None:
-            del group, arrays, current
+            if publisher is not None:
+                publisher.close()
+            del group, arrays, current, publisher
             shared.close()
