@@ -36,7 +36,7 @@ DEFAULT_ENVS = ("CartPole-v1", "Acrobot-v1", "HumanoidStandup-v5", "ALE/Breakout
 DEFAULT_NUM_ENVS = (4, 16)
 DEFAULT_SECONDS = 0.2
 #: the module an id's namespace needs imported in every process (``module:id`` ids)
-NAMESPACE_MODULES = {"ALE/": ("ale_py", "atari")}
+NAMESPACE_MODULES = {"ALE/": ("ale_py", "bench")}
 #: EnvPool's env of the same id preprocesses differently: not the same work
 ENVPOOL_NOT_SAME = {"ALE/": "EnvPool's Breakout-v5 returns 84x84 grayscale stacked frames "
                             "with episodic life: not the same work"}
