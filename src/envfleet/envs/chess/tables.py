@@ -50,7 +50,11 @@ ROOK_OFFSET = 4224  # 64: where square sq's rook attacks start (relative to ROOK
 BISHOP_OFFSET = 4288  # 64
 ROOK_SHIFT = 4352  # 64: 64 - number of relevant occupancy bits
 BISHOP_SHIFT = 4416  # 64
-S_SIZE = 4480
+#: 2 x 64 x 64: WORD + colour * 4096 + from * 64 + to = the move word of a plain (queen-like or
+#: knight) move of the side ``colour`` from -> to, label included (``core.py``'s words; 0
+#: where no label describes the move): one lookup per generated move
+WORD = 4480
+S_SIZE = WORD + 8192
 
 DEBRUIJN_MAGIC = 0x03F79D71B4CB0A89
 #: ray directions (rank step, file step): 0-3 increase the square index (first blocker = lowest
@@ -194,7 +198,24 @@ def build_tables() -> tuple[np.ndarray, np.ndarray]:
     for sq in range(64):
         rank, file = divmod(sq, 8)
         S[PGX_SQ + sq] = file * 8 + rank
+    S[WORD:WORD + 8192] = move_words().ravel()
     return T, S
+
+
+def move_words() -> np.ndarray:
+    """(colour, from, to) -> ``from | to << 6 | label << 16`` of a plain move (kind 0), the
+    label seen from that colour's side (ranks mirrored for black); 0 where no label fits."""
+    planes = pgx_planes()
+    words = np.zeros((2, 64, 64), dtype=np.int32)
+    for colour, flip in ((0, 0), (1, 56)):
+        for frm in range(64):
+            for to in range(64):
+                f, t = frm ^ flip, to ^ flip
+                if planes[f, t] >= 0:
+                    rank, file = divmod(f, 8)
+                    label = (file * 8 + rank) * 73 + int(planes[f, t])
+                    words[colour, frm, to] = frm | to << 6 | label << 16
+    return words
 
 
 def _relevant_mask(sq: int, directions: tuple[int, ...]) -> int:
