@@ -121,3 +121,29 @@ def test_bench_positions_against_python_chess():
 
     for _, fen in BENCH_POSITIONS:
         assert perft(fen, 2) == python_chess_perft(chess.Board(fen), 2), fen
+
+
+def test_label_move_gives_the_listed_move_of_every_legal_action():
+    """A step turns its action into a move word by ``label_move`` (a lookup and the position)
+    instead of scanning the move list: the same word, on every position kind."""
+    from numba import njit
+
+    from envfleet.envs.chess import core
+    from envfleet.envs.chess.env import _scratch_state
+    from envfleet.envs.chess.fen import parse_fen
+
+    @njit
+    def mismatches(st):
+        n = core.gen_moves(0, st)
+        bad = 0
+        for k in range(n):
+            if core.label_move(0, st, st.moves[0, k] >> 16) != st.moves[0, k]:
+                bad += 1
+        return n, bad
+
+    from envfleet.bench.chess import BENCH_POSITIONS
+
+    fens = TRICKY + [fen for fen, _ in PUBLISHED] + [fen for _, fen in BENCH_POSITIONS]
+    for fen in fens + random_positions(24, seed=5):
+        n, bad = mismatches(_scratch_state(1, parse_fen(fen)))
+        assert bad == 0 and n == chess.Board(fen).legal_moves.count(), fen

@@ -24,6 +24,7 @@ from envfleet.envs.chess.tables import (
     DEBRUIJN,
     KING,
     KNIGHT,
+    LABEL_WORD,
     LINE,
     PAWN,
     PGX_SQ,
@@ -602,12 +603,23 @@ def random_move(i, st, seed, episode, counter):
 
 
 @kernel_function
-def find_move(i, st, label):
-    """Index of the legal move with this label in board i's list, or -1."""
-    for k in range(st.num_moves[i]):
-        if (st.moves[i, k] >> 16) == label:
-            return k
-    return -1
+def label_move(i, st, label):
+    """The move word of board i's legal action ``label`` (the word ``gen_moves`` listed for
+    it), by one table lookup and the position: no scan of the move list."""
+    m = np.int64(st.tables32[LABEL_WORD + np.int64(st.turn[i]) * NUM_ACTIONS + label])
+    frm = m & 63
+    to = (m >> 6) & 63
+    fb = bit(frm)
+    if st.pieces[i, PAWN_] & fb:
+        if to - frm == 16 or frm - to == 16:
+            m |= DOUBLE_PUSH << 12
+        elif (to >= 56 or to < 8) and not (m >> 12) & 15:  # a queen-move label: queen
+            m |= PROMO_Q << 12
+        elif to == st.ep[i] and (to & 7) != (frm & 7):
+            m |= EN_PASSANT << 12
+    elif st.pieces[i, KING_] & fb and (to - frm == 2 or frm - to == 2):
+        m |= CASTLE << 12
+    return np.int32(m)
 
 
 @kernel_function

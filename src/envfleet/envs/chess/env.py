@@ -22,8 +22,8 @@ from envfleet.envs.chess.core import (
     HISTORY,
     MAX_MOVES,
     NUM_ACTIONS,
-    find_move,
     finish_ply,
+    label_move,
     load_start,
     lsb,
     make_move,
@@ -262,15 +262,14 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         terminated[i] = True
         rewards[i] = -1.0 if status == CHECKMATE else 0.0
         return
-    k = find_move(i, st, actions[i])
-    if k < 0:  # an illegal action with illegal_action="lose" (refused before, otherwise)
+    if not st.action_mask[i, actions[i]]:  # illegal with illegal_action="lose" (else refused)
         st.status[i] = core.ILLEGAL_MOVE
         terminated[i] = True
         rewards[i] = -1.0
         return
     set_mask(i, st, False)
     opponent = st.setup[i] & SETUP_OPPONENT
-    m = st.moves[i, k]
+    m = label_move(i, st, actions[i])
     ply = 0
     while True:  # the agent's ply, then the opponent's reply: one call site (inlined once)
         status = finish_ply(i, st, make_move(i, st, m))
