@@ -717,9 +717,10 @@ def contenders(num_envs: int, seed: int = 0, threads: int | None = None) -> list
         out += [Contender(f"envfleet numba {k}t",
                           lambda k=k: NativeGames(num_envs, seed, num_threads=k), k, "copy")
                 for k in dict.fromkeys((t, 1))]
-        out.append(Contender(f"envfleet numba {t}t copy=False",
-                             lambda: NativeGames(num_envs, seed, copy=False, num_threads=t), t,
-                             "view"))
+        out += [Contender(f"envfleet numba {k}t copy=False",
+                          lambda k=k: NativeGames(num_envs, seed, copy=False, num_threads=k),
+                          k, "view")
+                for k in dict.fromkeys((t, 1))]
     if _missing("chess") is None:
         out.append(Contender("python-chess", lambda: PythonChessGames(num_envs, seed), 1,
                              "copy"))
@@ -747,10 +748,11 @@ def compare(num_envs: int = 512, seconds: float = 0.5, rounds: int = 5, seed: in
         while time.perf_counter() - t0 < 0.2:
             g.step()
     rates: dict[str, list[float]] = {c.name: [] for c in chosen}
+    cpu_rates: dict[str, list[float]] = {c.name: [] for c in chosen}
     for _ in range(rounds):
         for c in chosen:
             g = games[c.name]
-            calls, t0 = 0, time.perf_counter()
+            calls, t0, cpu0 = 0, time.perf_counter(), time.process_time()
             while True:
                 g.step()
                 calls += 1
@@ -758,6 +760,8 @@ def compare(num_envs: int = 512, seconds: float = 0.5, rounds: int = 5, seed: in
                 if elapsed >= seconds:
                     break
             rates[c.name].append(num_envs * calls / elapsed)
+            # CPU seconds of every thread of this process (numba's included, spinning too)
+            cpu_rates[c.name].append(num_envs * calls / max(time.process_time() - cpu0, 1e-9))
     for g in games.values():
         getattr(g, "close", lambda: None)()
     series = []
@@ -765,15 +769,18 @@ def compare(num_envs: int = 512, seconds: float = 0.5, rounds: int = 5, seed: in
         r = sorted(rates[c.name])
         series.append({"name": c.name, "threads": c.threads, "copy": c.copy,
                        "plies_per_s": statistics.median(r), "min": r[0], "max": r[-1],
-                       "us_per_ply_per_core": 1e6 * c.threads / statistics.median(r)})
+                       "us_per_ply_per_core": 1e6 * c.threads / statistics.median(r),
+                       "plies_per_cpu_s": statistics.median(cpu_rates[c.name])})
     ratios = []
     for ours in (s for s in series if s["name"].startswith("envfleet")):
         for peer in (s for s in series if not s["name"].startswith("envfleet")):
             measured = ours["plies_per_s"] / peer["plies_per_s"]
             ratios.append({"envfleet": ours["name"], "peer": peer["name"],
                            "measured": measured,
-                           "per_core": measured * peer["threads"] / ours["threads"]})
+                           "per_core": measured * peer["threads"] / ours["threads"],
+                           "per_cpu_s": ours["plies_per_cpu_s"] / peer["plies_per_cpu_s"]})
     return {"num_envs": num_envs, "seconds": seconds, "rounds": rounds,
+            "threads_available": os.cpu_count(),
             "game_plies": GAME_PLIES, "positions": len(BENCH_POSITIONS),
             "load_before": os.getloadavg(), "cpu": platform.processor() or platform.machine(),
             "series": series, "ratios": ratios}
@@ -796,11 +803,12 @@ def _main() -> None:
     out["load_after"] = os.getloadavg()
     print(json.dumps(out))
     for s in out["series"]:
-        print(f"{s['name']:32s} {s['plies_per_s']:>12,.0f} plies/s  "
-              f"({s['threads']}t, {s['copy']}, {s['us_per_ply_per_core']:.3f} us/ply/core)")
+        print(f"{s['name']:32s} {s['plies_per_s']:>12,.0f} plies/s "
+              f"{s['plies_per_cpu_s']:>12,.0f} plies/cpu-s ({s['threads']}t, {s['copy']}, "
+              f"{s['us_per_ply_per_core']:.3f} us/ply/core)")
     for r in out["ratios"]:
         print(f"{r['envfleet']:32s} / {r['peer']:16s} {r['measured']:8.1f}x measured "
-              f"{r['per_core']:8.1f}x per core")
+              f"{r['per_core']:8.1f}x per core {r['per_cpu_s']:8.1f}x per CPU second")
 
 
 if __name__ == "__main__":
