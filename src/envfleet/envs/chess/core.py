@@ -259,17 +259,29 @@ _RANK6 = np.uint64(0x0000FF0000000000)
 @kernel_function
 def gen_moves(i, st):
     """Board i's legal moves into ``moves[i]``; returns (and stores) their number. Clears the
-    en-passant square when no legal en-passant capture exists (python-chess's FEN rule).
+    en-passant square when no legal en-passant capture exists (python-chess's FEN rule)."""
+    found = legal_moves(i, st.pieces, st.colors, np.int64(st.turn[i]),
+                        np.int64(st.castling[i]), np.int64(st.ep[i]), st.moves, st.tables64,
+                        st.tables32)
+    n = found >> 1
+    if not found & 1:
+        st.ep[i] = -1
+    st.num_moves[i] = n
+    return n
+
+
+@kernel_function
+def legal_moves(i, pieces, colors, us, castling, ep, moves, T, S):
+    """Board i's legal moves into ``moves[i]``; returns their number * 2 + whether a legal
+    en-passant capture exists. Takes the few columns it reads, not the state: a call passes
+    every field of every array it is given (the whole state is ~200 arguments).
 
     Legality without making moves: a check mask (``evasion``) and pin lines computed once per
     position; king steps avoid the opponent's attack map; unpinned pawns move set-wise (shifts
     of the whole pawn bitboard); en passant alone is simulated (it can uncover a rank pin)."""
-    T, S = st.tables64, st.tables32
-    pieces, moves = st.pieces, st.moves
-    us = np.int64(st.turn[i])
     them = 1 - us
-    own = st.colors[i, us]
-    opp = st.colors[i, them]
+    own = colors[i, us]
+    opp = colors[i, them]
     occ = own | opp
     flip = 56 if us == BLACK else 0
     words = WORD + us * 4096
@@ -281,11 +293,8 @@ def gen_moves(i, st):
     danger = enemy_attacks(i, pieces, them, occ ^ kb, opp, T, S)
     n = add_targets(moves, i, n, ksq, T[KING + ksq] & ~own & ~danger, words, S)
     checkers = attackers(i, pieces, ksq, us, occ, opp, T, S)
-    ep = np.int64(st.ep[i])
     if checkers & (checkers - U1):  # double check: king moves only
-        st.num_moves[i] = n
-        st.ep[i] = -1
-        return n
+        return 2 * n
     evasion = ~U0
     if checkers:
         evasion = T[BETWEEN + ksq * 64 + lsb(checkers, S)] | checkers
@@ -379,7 +388,7 @@ def gen_moves(i, st):
                 ep_legal = True
     # castling: not out of, through or into check
     if not checkers:
-        rights = np.int64(st.castling[i])
+        rights = castling
         if us == BLACK:
             rights >>= 2
         base = 56 if us == BLACK else 0
@@ -391,10 +400,7 @@ def gen_moves(i, st):
                 and not (danger & (bit(base + 3) | bit(base + 2)))):
             moves[i, n] = S[words + ksq * 64 + base + 2] | np.int32(CASTLE << 12)
             n += 1
-    if not ep_legal:
-        st.ep[i] = -1
-    st.num_moves[i] = n
-    return n
+    return 2 * n + (1 if ep_legal else 0)
 
 
 # --- making moves ----------------------------------------------------------------------------
