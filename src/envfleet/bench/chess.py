@@ -53,8 +53,6 @@ if TYPE_CHECKING:
 
 CHESS_ID = "Chess-v0"
 NUM_ACTIONS = 4672  # AlphaZero's 8x8x73 labels (pgx, OpenSpiel)
-#: games longer than this many plies are restarted (Chess-v0's default truncation)
-MAX_PLIES = 512
 #: envfleet's backends measured by default for Chess-v0 (cuda only where a GPU is visible)
 NATIVE = ("numba", "cuda")
 #: envfleet's default sweep for Chess-v0
