@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import subprocess
 import sys
@@ -335,26 +336,28 @@ def test_each_installed_chess_peer_measures_plies(peer):
 
 def test_python_chess_peer_plays_legal_moves_and_restarts_finished_games():
     chess = pytest.importorskip("chess")
-    from envfleet.bench.chess import MAX_PLIES, PythonChessGames, game_over
+    from envfleet.bench.chess import GAME_PLIES, PythonChessGames, game_over, start_fens
 
     games = PythonChessGames(4, seed=1)
     masks = games.reset()
-    assert [len(m) for m in masks] == [20] * 4
+    starts = start_fens(4)
+    assert [b.fen() for b in games.boards] == starts
+    assert masks == [list(chess.Board(fen).legal_moves) for fen in starts]
     restarts = 0
-    for _ in range(400):
+    for _ in range(100):
         fens = [b.fen() for b in games.boards]
         masks = games.step()
-        for fen, board, mask in zip(fens, games.boards, masks, strict=True):
+        for i, (fen, board, mask) in enumerate(zip(fens, games.boards, masks, strict=True)):
             assert mask == list(board.legal_moves)  # the mask: the position's legal moves
             if board.move_stack:  # one legal move played from the previous position
                 previous = board.copy()
                 move = previous.pop()
                 assert previous.fen() == fen and move in chess.Board(fen).legal_moves
-            else:  # a finished game restarted from the initial position
+            else:  # a finished game restarted from its bench position
                 restarts += 1
-                assert board.fen() == chess.STARTING_FEN
-    assert restarts >= 1  # 4 random games of 400 plies: at least one ended
-    assert max(games.plies) < MAX_PLIES
+                assert board.fen() == starts[i]
+    assert restarts >= 4  # 100 plies: every board reached the ply limit at least once
+    assert max(games.plies) < GAME_PLIES
 
     # Chess-v0's endings on scripted positions
     def over(fen: str, plies: int = 0, pushes: tuple[str, ...] = ()) -> bool:
@@ -371,7 +374,54 @@ def test_python_chess_peer_plays_legal_moves_and_restarts_finished_games():
     assert not over("8/8/8/4k3/8/8/8/R3K3 w - - 99 80")
     assert over(start, pushes=("g1f3", "g8f6", "f3g1", "f6g8") * 2)  # threefold
     assert not over(start, pushes=("g1f3", "g8f6", "f3g1", "f6g8"))
-    assert over(start, MAX_PLIES) and not over(start, MAX_PLIES - 1)
+    assert over(start, GAME_PLIES) and not over(start, GAME_PLIES - 1)
+
+
+def test_chess_bench_positions_are_reproducible_and_span_the_game():
+    pytest.importorskip("chess")
+    from envfleet.bench.chess import BENCH_POSITIONS, generate_positions
+
+    assert tuple(generate_positions()) == BENCH_POSITIONS  # stored = regenerated
+    phases = [phase for phase, _ in BENCH_POSITIONS]
+    assert {p: phases.count(p) for p in set(phases)} == {"opening": 16, "middlegame": 16,
+                                                        "endgame": 16}
+
+
+def test_every_chess_contender_plays_the_same_positions():
+    """The like-for-like rule: envfleet and each installed peer start board i at the same
+    FEN and restart there; copy semantics are recorded per series."""
+    chess = pytest.importorskip("chess")
+    from envfleet.bench.chess import (
+        NativeGames,
+        OpenSpielGames,
+        PythonChessGames,
+        contenders,
+        fairness,
+        start_fens,
+    )
+
+    n = 5
+    starts = start_fens(n)
+    assert len(set(starts)) == n
+    assert [b.fen() for b in PythonChessGames(n, 0).starts] == starts
+    if importlib.util.find_spec("pyspiel") is not None:
+        spiel = OpenSpielGames(n, 0)
+        spiel.reset()
+        for state, fen in zip(spiel.states, starts, strict=True):
+            legal = {state.action_to_string(a) for a in state.legal_actions()}
+            assert len(legal) == chess.Board(fen).legal_moves.count()
+    if _chess_available():
+        games = NativeGames(n, 0, num_threads=1)
+        games.reset()
+        assert [games.env.unwrapped.fen(i) for i in range(n)] == starts
+        names = {c.name: c for c in contenders(n, threads=1)}
+        assert names["envfleet numba 1t copy=False"].copy == "view"
+        assert names["envfleet numba 1t"].copy == "copy"
+        games.close()
+    assert fairness("numba", {})["copy"] == "copy"
+    assert fairness("numba", {"copy": False})["copy"] == "view"
+    assert fairness("python-chess", {})["positions"] == "bench"
+    assert fairness("pgx", {})["positions"] == "initial"
 
 
 def _chess_run(tmp_path, backends: str, kind: str):
@@ -415,6 +465,8 @@ def test_chess_run_envfleet_side_by_side_with_a_peer(tmp_path):
         assert p["status"] == "ok" and p["steps_per_s"] > 0, p
     numba = [p for p in points if p["series"] == "numba"]
     assert all(p["action_mask_shape"] == [p["num_envs"], 4672] for p in numba)
+    # like for like: the same positions, envfleet's default copy=True, recorded per series
+    assert all(p["copy"] == "copy" and p["positions"] == "bench" for p in points), points
     assert "numba × python-chess" in md and "numba × python-chess" in proc.stdout
     summary = rows[-1]
     assert summary["type"] == "summary" and summary["primary"] == "numba"

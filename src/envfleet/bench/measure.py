@@ -41,7 +41,12 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envfleet.bench.chess import PERFT_SERIES
+from envfleet.bench.chess import (
+    PERFT_SERIES,
+    fairness,
+    is_chess,
+    native_reset_options,
+)
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
 NATIVE_BACKENDS = ("numba", "torch", "cuda")
@@ -277,6 +282,8 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
                               "threads": spec.threads, "device": "cpu"}
     native = spec.backend in NATIVE_BACKENDS
+    if is_chess(spec.reference_id):  # what the caller gets each ply (like for like)
+        result.update(fairness(spec.backend, spec.options))
     executor = spec.backend in EXECUTOR_BACKENDS
     t0 = time.perf_counter()
     _import_for(spec.backend)
@@ -296,8 +303,11 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         env_id = spec.reference_id if executor and spec.backend != "ray" else spec.env_id
         env = envfleet.make(env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
                             **options)
+        # Chess-v0: the boards start at the bench positions, as the peers' do
+        reset_options = native_reset_options(spec.env_id, spec.num_envs) if native else None
         reset, step_env, batched_actions, close = (
-            lambda: env.reset(seed=spec.seed)[0], env.step, env.action_space, env.close)
+            lambda: env.reset(seed=spec.seed, options=reset_options)[0], env.step,
+            env.action_space, env.close)
         # masked envs: the valid actions depend on the state, drawn anew every step
         legal = getattr(env.unwrapped, "random_legal_actions", None)
         if legal is not None:

@@ -317,7 +317,7 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
             if backend == "pool" and w is not None:
                 options["num_workers"] = w
             if backend in NATIVE_BACKENDS and chess.is_chess(env_id):
-                options["copy"] = False  # the mask and observations as a network reads them
+                options.update(chess.native_options())  # the peers' games (copy=True)
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
                              num_envs=n, threads=t, seconds=args.seconds, options=options)
             skip = None

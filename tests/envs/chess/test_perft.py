@@ -61,6 +61,19 @@ TRICKY = [
     "4k3/8/8/8/8/2n5/8/r3K3 w - - 0 1",  # double check
     "rnb1kbnr/pppp1ppp/8/4p3/5PPq/8/PPPPP2P/RNBQKBNR w KQkq - 1 3",  # checkmate
     "7k/5Q2/6K1/8/8/8/8/8 b - - 0 1",  # stalemate
+    # pinned pawns (moved one by one, the others set-wise): along the pin line only
+    "4k3/8/8/8/8/6b1/5P2/4K3 w - - 0 1",  # may capture its pinner
+    "4k3/4r3/8/8/8/8/4P3/4K3 w - - 0 1",  # pinned on a file: pushes, single and double
+    "2b1k3/1P6/K7/8/8/8/8/8 w - - 0 1",  # captures its pinner promoting (4 moves)
+    "8/8/8/8/8/k7/1p6/2B1K3 b - - 0 1",  # the same for black
+    "4k3/8/8/1b6/8/3P4/4K3/8 w - - 0 1",  # pinned pawn cannot push off the diagonal
+    "8/8/8/8/k2Pp2Q/8/8/4K3 b - d3 0 1",  # en passant by a rank-pinned pawn: illegal
+    "4k3/8/8/2Pp4/8/8/8/4K2b w - d6 0 1",  # en passant while pinned diagonally
+    # check evasions by pawns: block with a push or a double push, capture the checker
+    "4k3/8/8/b7/8/8/1PP5/4K3 w - - 0 1",
+    "4k3/8/8/8/1b6/8/2P5/4K3 w - - 0 1",
+    "4k3/8/8/8/8/3n4/4P3/4K3 w - - 0 1",
+    "4k3/8/8/8/8/5n2/4P1P1/4K3 w - - 0 1",
 ]
 
 
@@ -100,3 +113,37 @@ def test_perft_refuses_bad_input():
     with pytest.raises(ValueError, match="no white king"):
         perft("8/8/8/8/8/8/8/k7 w - - 0 1", 1)
     assert perft(STARTING_FEN, 0) == 1
+
+
+def test_bench_positions_against_python_chess():
+    """The 48 positions ``envfleet bench`` plays (openings, middlegames, endgames)."""
+    from envfleet.bench.chess import BENCH_POSITIONS
+
+    for _, fen in BENCH_POSITIONS:
+        assert perft(fen, 2) == python_chess_perft(chess.Board(fen), 2), fen
+
+
+def test_label_move_gives_the_listed_move_of_every_legal_action():
+    """A step turns its action into a move word by ``label_move`` (a lookup and the position)
+    instead of scanning the move list: the same word, on every position kind."""
+    from numba import njit
+
+    from envfleet.envs.chess import core
+    from envfleet.envs.chess.env import _scratch_state
+    from envfleet.envs.chess.fen import parse_fen
+
+    @njit
+    def mismatches(st):
+        n = core.gen_moves(0, st)
+        bad = 0
+        for k in range(n):
+            if core.label_move(0, st, st.moves[0, k] >> 16) != st.moves[0, k]:
+                bad += 1
+        return n, bad
+
+    from envfleet.bench.chess import BENCH_POSITIONS
+
+    fens = TRICKY + [fen for fen, _ in PUBLISHED] + [fen for _, fen in BENCH_POSITIONS]
+    for fen in fens + random_positions(24, seed=5):
+        n, bad = mismatches(_scratch_state(1, parse_fen(fen)))
+        assert bad == 0 and n == chess.Board(fen).legal_moves.count(), fen

@@ -24,6 +24,7 @@ from envfleet.envs.chess.tables import (
     DEBRUIJN,
     KING,
     KNIGHT,
+    LABEL_WORD,
     LINE,
     PAWN,
     PGX_SQ,
@@ -35,6 +36,7 @@ from envfleet.envs.chess.tables import (
     ROOK_MASK,
     ROOK_OFFSET,
     ROOK_SHIFT,
+    WORD,
     Z_CASTLE,
     Z_EP,
     Z_PIECE,
@@ -219,52 +221,80 @@ def encode(frm, to, kind, flip, S):
 
 
 @kernel_function
-def add_targets(moves, i, n, frm, targets, flip, S):
+def add_targets(moves, i, n, frm, targets, words, S):
+    """Plain moves from ``frm`` to each square of ``targets`` (``words``: ``WORD`` + the side to
+    move's table, one lookup a move)."""
+    base = words + frm * 64
     while targets:
-        to = lsb(targets, S)
+        moves[i, n] = S[base + lsb(targets, S)]
         targets &= targets - U1
-        moves[i, n] = encode(frm, to, NORMAL, flip, S)
         n += 1
     return n
 
 
 @kernel_function
-def add_pawn_move(moves, i, n, frm, to, flip, S):
-    if (flip == 0 and to >= 56) or (flip != 0 and to < 8):
-        moves[i, n] = encode(frm, to, PROMO_Q, flip, S)
-        moves[i, n + 1] = encode(frm, to, PROMO_N, flip, S)
-        moves[i, n + 2] = encode(frm, to, PROMO_B, flip, S)
-        moves[i, n + 3] = encode(frm, to, PROMO_R, flip, S)
-        return n + 4
-    moves[i, n] = encode(frm, to, NORMAL, flip, S)
-    return n + 1
+def add_pawn_moves(moves, i, n, targets, delta, kind, words, flip, S):
+    """Pawn moves to each square of ``targets`` from ``to - delta``; moves onto the last rank
+    are four promotions (queen first)."""
+    while targets:
+        to = lsb(targets, S)
+        targets &= targets - U1
+        frm = to - delta
+        if to >= 56 or to < 8:
+            moves[i, n] = S[words + frm * 64 + to] | np.int32(PROMO_Q << 12)
+            moves[i, n + 1] = encode(frm, to, PROMO_N, flip, S)
+            moves[i, n + 2] = encode(frm, to, PROMO_B, flip, S)
+            moves[i, n + 3] = encode(frm, to, PROMO_R, flip, S)
+            n += 4
+        else:
+            moves[i, n] = S[words + frm * 64 + to] | np.int32(kind << 12)
+            n += 1
+    return n
+
+
+_RANK3 = np.uint64(0x0000000000FF0000)
+_RANK6 = np.uint64(0x0000FF0000000000)
 
 
 @kernel_function
 def gen_moves(i, st):
     """Board i's legal moves into ``moves[i]``; returns (and stores) their number. Clears the
     en-passant square when no legal en-passant capture exists (python-chess's FEN rule)."""
-    T, S = st.tables64, st.tables32
-    pieces, moves = st.pieces, st.moves
-    us = np.int64(st.turn[i])
+    found = legal_moves(i, st.pieces, st.colors, np.int64(st.turn[i]),
+                        np.int64(st.castling[i]), np.int64(st.ep[i]), st.moves, st.tables64,
+                        st.tables32)
+    n = found >> 1
+    if not found & 1:
+        st.ep[i] = -1
+    st.num_moves[i] = n
+    return n
+
+
+@kernel_function
+def legal_moves(i, pieces, colors, us, castling, ep, moves, T, S):
+    """Board i's legal moves into ``moves[i]``; returns their number * 2 + whether a legal
+    en-passant capture exists. Takes the few columns it reads, not the state: a call passes
+    every field of every array it is given (the whole state is ~200 arguments).
+
+    Legality without making moves: a check mask (``evasion``) and pin lines computed once per
+    position; king steps avoid the opponent's attack map; unpinned pawns move set-wise (shifts
+    of the whole pawn bitboard); en passant alone is simulated (it can uncover a rank pin)."""
     them = 1 - us
-    own = st.colors[i, us]
-    opp = st.colors[i, them]
+    own = colors[i, us]
+    opp = colors[i, them]
     occ = own | opp
     flip = 56 if us == BLACK else 0
+    words = WORD + us * 4096
     ksq = lsb(pieces[i, KING_] & own, S)
     kb = bit(ksq)
     n = 0
     # king steps: not onto a square the opponent attacks, with the king's own square vacated
     # (sliders see through it): one map of the opponent's attacks
     danger = enemy_attacks(i, pieces, them, occ ^ kb, opp, T, S)
-    n = add_targets(moves, i, n, ksq, T[KING + ksq] & ~own & ~danger, flip, S)
+    n = add_targets(moves, i, n, ksq, T[KING + ksq] & ~own & ~danger, words, S)
     checkers = attackers(i, pieces, ksq, us, occ, opp, T, S)
-    ep = np.int64(st.ep[i])
     if checkers & (checkers - U1):  # double check: king moves only
-        st.num_moves[i] = n
-        st.ep[i] = -1
-        return n
+        return 2 * n
     evasion = ~U0
     if checkers:
         evasion = T[BETWEEN + ksq * 64 + lsb(checkers, S)] | checkers
@@ -284,7 +314,7 @@ def gen_moves(i, st):
     while b:
         frm = lsb(b, S)
         b &= b - U1
-        n = add_targets(moves, i, n, frm, T[KNIGHT + frm] & targets, flip, S)
+        n = add_targets(moves, i, n, frm, T[KNIGHT + frm] & targets, words, S)
     # sliders
     b = (pieces[i, BISHOP_] | pieces[i, QUEEN_]) & own
     while b:
@@ -293,7 +323,7 @@ def gen_moves(i, st):
         t = bishop_attacks(frm, occ, T, S) & targets
         if pinned & bit(frm):
             t &= T[LINE + ksq * 64 + frm]
-        n = add_targets(moves, i, n, frm, t, flip, S)
+        n = add_targets(moves, i, n, frm, t, words, S)
     b = (pieces[i, ROOK_] | pieces[i, QUEEN_]) & own
     while b:
         frm = lsb(b, S)
@@ -301,58 +331,76 @@ def gen_moves(i, st):
         t = rook_attacks(frm, occ, T, S) & targets
         if pinned & bit(frm):
             t &= T[LINE + ksq * 64 + frm]
-        n = add_targets(moves, i, n, frm, t, flip, S)
-    # pawns
-    ep_legal = False
-    step = 8 if us == WHITE else -8
-    b = pieces[i, PAWN_] & own
+        n = add_targets(moves, i, n, frm, t, words, S)
+    # pawns: the unpinned ones set-wise; from = to - delta
+    pawns = pieces[i, PAWN_] & own
+    free = pawns & ~pinned
+    empty = ~occ
+    if us == WHITE:
+        step = 8
+        one = (free << _U8) & empty
+        two = ((one & _RANK3) << _U8) & empty & evasion
+        left = ((free & _NOT_A) << _U7) & opp & evasion
+        right = ((free & _NOT_H) << _U9) & opp & evasion
+        dl, dr = 7, 9
+    else:
+        step = -8
+        one = (free >> _U8) & empty
+        two = ((one & _RANK6) >> _U8) & empty & evasion
+        left = ((free & _NOT_A) >> _U9) & opp & evasion
+        right = ((free & _NOT_H) >> _U7) & opp & evasion
+        dl, dr = -9, -7
+    n = add_pawn_moves(moves, i, n, one & evasion, step, NORMAL, words, flip, S)
+    n = add_pawn_moves(moves, i, n, two, 2 * step, DOUBLE_PUSH, words, flip, S)
+    n = add_pawn_moves(moves, i, n, left, dl, NORMAL, words, flip, S)
+    n = add_pawn_moves(moves, i, n, right, dr, NORMAL, words, flip, S)
+    b = pawns & pinned  # pinned pawns: along the pin line only
     while b:
         frm = lsb(b, S)
         b &= b - U1
-        allowed = evasion
-        if pinned & bit(frm):
-            allowed &= T[LINE + ksq * 64 + frm]
+        allowed = evasion & T[LINE + ksq * 64 + frm]
         to = frm + step
         if not (occ & bit(to)):
             if allowed & bit(to):
-                n = add_pawn_move(moves, i, n, frm, to, flip, S)
+                n = add_pawn_moves(moves, i, n, bit(to), step, NORMAL, words, flip, S)
             rank = frm >> 3
             if (rank == 1 and us == WHITE) or (rank == 6 and us == BLACK):
                 to2 = to + step
                 if not (occ & bit(to2)) and allowed & bit(to2):
-                    moves[i, n] = encode(frm, to2, DOUBLE_PUSH, flip, S)
+                    moves[i, n] = S[words + frm * 64 + to2] | np.int32(DOUBLE_PUSH << 12)
                     n += 1
         t = T[PAWN + us * 64 + frm] & opp & allowed
         while t:
             to = lsb(t, S)
             t &= t - U1
-            n = add_pawn_move(moves, i, n, frm, to, flip, S)
-        if ep >= 0 and T[PAWN + us * 64 + frm] & bit(ep):
-            # simulate: the capturing pawn moves, the captured pawn leaves its square
-            cap = bit(ep - step)
+            n = add_pawn_moves(moves, i, n, bit(to), to - frm, NORMAL, words, flip, S)
+    ep_legal = False
+    if ep >= 0:  # simulate: the capturing pawn moves, the captured pawn leaves its square
+        b = T[PAWN + them * 64 + ep] & pawns
+        cap = bit(ep - step)
+        while b:
+            frm = lsb(b, S)
+            b &= b - U1
             occ2 = (occ ^ bit(frm) ^ cap) | bit(ep)
             if not attacked(i, pieces, ksq, us, occ2, opp ^ cap, T, S):
-                moves[i, n] = encode(frm, ep, EN_PASSANT, flip, S)
+                moves[i, n] = S[words + frm * 64 + ep] | np.int32(EN_PASSANT << 12)
                 n += 1
                 ep_legal = True
     # castling: not out of, through or into check
     if not checkers:
-        rights = np.int64(st.castling[i])
+        rights = castling
         if us == BLACK:
             rights >>= 2
         base = 56 if us == BLACK else 0
         if (rights & WK and not (occ & (bit(base + 5) | bit(base + 6)))
                 and not (danger & (bit(base + 5) | bit(base + 6)))):
-            moves[i, n] = encode(ksq, base + 6, CASTLE, flip, S)
+            moves[i, n] = S[words + ksq * 64 + base + 6] | np.int32(CASTLE << 12)
             n += 1
         if (rights & WQ and not (occ & (bit(base + 1) | bit(base + 2) | bit(base + 3)))
                 and not (danger & (bit(base + 3) | bit(base + 2)))):
-            moves[i, n] = encode(ksq, base + 2, CASTLE, flip, S)
+            moves[i, n] = S[words + ksq * 64 + base + 2] | np.int32(CASTLE << 12)
             n += 1
-    if not ep_legal:
-        st.ep[i] = -1
-    st.num_moves[i] = n
-    return n
+    return 2 * n + (1 if ep_legal else 0)
 
 
 # --- making moves ----------------------------------------------------------------------------
@@ -561,12 +609,23 @@ def random_move(i, st, seed, episode, counter):
 
 
 @kernel_function
-def find_move(i, st, label):
-    """Index of the legal move with this label in board i's list, or -1."""
-    for k in range(st.num_moves[i]):
-        if (st.moves[i, k] >> 16) == label:
-            return k
-    return -1
+def label_move(i, st, label):
+    """The move word of board i's legal action ``label`` (the word ``gen_moves`` listed for
+    it), by one table lookup and the position: no scan of the move list."""
+    m = np.int64(st.tables32[LABEL_WORD + np.int64(st.turn[i]) * NUM_ACTIONS + label])
+    frm = m & 63
+    to = (m >> 6) & 63
+    fb = bit(frm)
+    if st.pieces[i, PAWN_] & fb:
+        if to - frm == 16 or frm - to == 16:
+            m |= DOUBLE_PUSH << 12
+        elif (to >= 56 or to < 8) and not (m >> 12) & 15:  # a queen-move label: queen
+            m |= PROMO_Q << 12
+        elif to == st.ep[i] and (to & 7) != (frm & 7):
+            m |= EN_PASSANT << 12
+    elif st.pieces[i, KING_] & fb and (to - frm == 2 or frm - to == 2):
+        m |= CASTLE << 12
+    return np.int32(m)
 
 
 @kernel_function

@@ -22,8 +22,8 @@ from envfleet.envs.chess.core import (
     HISTORY,
     MAX_MOVES,
     NUM_ACTIONS,
-    find_move,
     finish_ply,
+    label_move,
     load_start,
     lsb,
     make_move,
@@ -150,6 +150,20 @@ RANDOM_ACTION_DRAW = np.uint64(0xFFFF)
 
 
 @kernel_function
+def piece_code(i, st, sq, us):
+    """The man on ``sq`` as the compact observation codes it: piece + 1 (pawn 1 .. king 6),
+    negative for the opponent's; branch-free (a branch per piece type mispredicts)."""
+    s = np.uint64(sq)
+    one = core.U1
+    code = (1 + np.int64((st.pieces[i, 1] >> s) & one) + 2 * np.int64((st.pieces[i, 2] >> s) & one)
+            + 3 * np.int64((st.pieces[i, 3] >> s) & one)
+            + 4 * np.int64((st.pieces[i, 4] >> s) & one)
+            + 5 * np.int64((st.pieces[i, 5] >> s) & one))
+    theirs = np.int64((st.colors[i, 1 - us] >> s) & one)
+    return code - 2 * theirs * code
+
+
+@kernel_function
 def write_obs(i, st, params, obs):
     """Board i's observation from the side to move's view (ranks mirrored for black)."""
     S = st.tables32
@@ -162,14 +176,13 @@ def write_obs(i, st, params, obs):
     if params.planes:
         for k in range(64 * 21):
             obs[i, k] = 0
-        for c in range(2):
-            for p in range(6):
-                b = st.pieces[i, p] & st.colors[i, c]
-                plane = p if c == us else 6 + p
-                while b:
-                    sq = lsb(b, S)
-                    b &= b - core.U1
-                    obs[i, (sq ^ flip) * 21 + plane] = 1
+        b = st.colors[i, 0] | st.colors[i, 1]
+        while b:
+            sq = lsb(b, S)
+            b &= b - core.U1
+            code = piece_code(i, st, sq, us)  # +-(piece + 1)
+            plane = code - 1 if code > 0 else 5 - code
+            obs[i, (sq ^ flip) * 21 + plane] = 1
         reps = np.int64(st.repetitions[i])
         half = np.float32(min(np.int64(st.halfmove[i]), 100)) / np.float32(100.0)
         for sq in range(64):
@@ -187,14 +200,11 @@ def write_obs(i, st, params, obs):
     else:
         for k in range(64):
             obs[i, k] = 0
-        for c in range(2):
-            for p in range(6):
-                b = st.pieces[i, p] & st.colors[i, c]
-                code = p + 1 if c == us else -1 - p
-                while b:
-                    sq = lsb(b, S)
-                    b &= b - core.U1
-                    obs[i, sq ^ flip] = code
+        b = st.colors[i, 0] | st.colors[i, 1]
+        while b:  # one loop over the men (12 loops, one per piece bitboard, cost ~2x)
+            sq = lsb(b, S)
+            b &= b - core.U1
+            obs[i, sq ^ flip] = piece_code(i, st, sq, us)
         obs[i, 64] = own_rights & 1
         obs[i, 65] = (own_rights >> 1) & 1
         obs[i, 66] = opp_rights & 1
@@ -253,15 +263,14 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         terminated[i] = True
         rewards[i] = -1.0 if status == CHECKMATE else 0.0
         return
-    k = find_move(i, st, actions[i])
-    if k < 0:  # an illegal action with illegal_action="lose" (refused before, otherwise)
+    if not st.action_mask[i, actions[i]]:  # illegal with illegal_action="lose" (else refused)
         st.status[i] = core.ILLEGAL_MOVE
         terminated[i] = True
         rewards[i] = -1.0
         return
     set_mask(i, st, False)
     opponent = st.setup[i] & SETUP_OPPONENT
-    m = st.moves[i, k]
+    m = label_move(i, st, actions[i])
     ply = 0
     while True:  # the agent's ply, then the opponent's reply: one call site (inlined once)
         status = finish_ply(i, st, make_move(i, st, m))
@@ -285,7 +294,7 @@ def action_check(i, state, params, actions):
     """Board i's action is legal in its position (any action when illegal actions lose)."""
     if state.setup[i] & SETUP_LOSE or state.status[i] != 0:
         return True
-    return find_move(i, state, actions[i]) >= 0
+    return state.action_mask[i, actions[i]]  # the mask is the legal moves: no list scan
 
 
 @kernel_function

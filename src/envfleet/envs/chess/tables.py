@@ -21,6 +21,8 @@ import functools
 
 import numpy as np
 
+NUM_ACTIONS = 64 * 73
+
 # --- offsets in T (uint64) -----------------------------------------------------------------
 KNIGHT = 0  # 64: knight attacks from a square
 KING = 64  # 64
@@ -50,7 +52,15 @@ ROOK_OFFSET = 4224  # 64: where square sq's rook attacks start (relative to ROOK
 BISHOP_OFFSET = 4288  # 64
 ROOK_SHIFT = 4352  # 64: 64 - number of relevant occupancy bits
 BISHOP_SHIFT = 4416  # 64
-S_SIZE = 4480
+#: 2 x 64 x 64: WORD + colour * 4096 + from * 64 + to = the move word of a plain (queen-like or
+#: knight) move of the side ``colour`` from -> to, label included (``core.py``'s words; 0
+#: where no label describes the move): one lookup per generated move
+WORD = 4480
+#: 2 x 4672: LABEL_WORD + colour * 4672 + label = that action's move word for the side
+#: ``colour`` with the kind an underpromotion label names, else kind 0 (the position decides
+#: double push, en passant, castling, queen promotion: ``core.label_move``); 0 off the board
+LABEL_WORD = WORD + 8192
+S_SIZE = LABEL_WORD + 2 * NUM_ACTIONS
 
 DEBRUIJN_MAGIC = 0x03F79D71B4CB0A89
 #: ray directions (rank step, file step): 0-3 increase the square index (first blocker = lowest
@@ -60,8 +70,6 @@ ROOK_DIRECTIONS = (0, 1, 4, 5)
 BISHOP_DIRECTIONS = (2, 3, 6, 7)
 KNIGHT_STEPS = ((1, 2), (2, 1), (2, -1), (1, -2), (-1, -2), (-2, -1), (-2, 1), (-1, 2))
 KING_STEPS = ((1, 0), (1, 1), (0, 1), (-1, 1), (-1, 0), (-1, -1), (0, -1), (1, -1))
-
-NUM_ACTIONS = 64 * 73
 
 # Magic multipliers (one per square): (occupancy & mask) * magic >> shift indexes the square's
 # attack table without collisions. Found by a random sparse search, checked in build_tables.
@@ -194,7 +202,42 @@ def build_tables() -> tuple[np.ndarray, np.ndarray]:
     for sq in range(64):
         rank, file = divmod(sq, 8)
         S[PGX_SQ + sq] = file * 8 + rank
+    S[WORD:WORD + 8192] = move_words().ravel()
+    S[LABEL_WORD:LABEL_WORD + 2 * NUM_ACTIONS] = label_words().ravel()
     return T, S
+
+
+def move_words() -> np.ndarray:
+    """(colour, from, to) -> ``from | to << 6 | label << 16`` of a plain move (kind 0), the
+    label seen from that colour's side (ranks mirrored for black); 0 where no label fits."""
+    planes = pgx_planes()
+    words = np.zeros((2, 64, 64), dtype=np.int32)
+    for colour, flip in ((0, 0), (1, 56)):
+        for frm in range(64):
+            for to in range(64):
+                f, t = frm ^ flip, to ^ flip
+                if planes[f, t] >= 0:
+                    rank, file = divmod(f, 8)
+                    label = (file * 8 + rank) * 73 + int(planes[f, t])
+                    words[colour, frm, to] = frm | to << 6 | label << 16
+    return words
+
+
+def label_words() -> np.ndarray:
+    """(colour, label) -> ``from | to << 6 | kind << 12 | label << 16`` with kind 4-6 for an
+    underpromotion label (knight, bishop, rook), else 0; 0 where the label leaves the board."""
+    words = np.zeros((2, NUM_ACTIONS), dtype=np.int32)
+    plain = move_words().reshape(2, 4096)  # queen-like and knight labels
+    for colour in (0, 1):
+        w = plain[colour][plain[colour] != 0]
+        words[colour, w >> 16] = w
+        for pgx_from in range(64):  # underpromotion planes 0-8
+            for plane in range(9):
+                label = pgx_from * 73 + plane
+                frm, to, promo = label_to_move(label, colour == 1)
+                if to >= 0:
+                    words[colour, label] = frm | to << 6 | (3 + promo) << 12 | label << 16
+    return words
 
 
 def _relevant_mask(sq: int, directions: tuple[int, ...]) -> int:
