@@ -549,7 +549,7 @@ def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
             self.mask[:, 7] = True
             return {"action_mask": self.mask}
 
-        def reset(self, seed=None):
+        def reset(self, seed=None, options=None):
             return np.zeros((self.num_envs, 3)), self._info()
 
         def random_legal_actions(self):
