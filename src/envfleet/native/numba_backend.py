@@ -8,6 +8,9 @@ from __future__ import annotations
 
 import functools
 import os
+import statistics
+import time
+from collections import deque
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +43,10 @@ from envfleet.native.jit import announce_compile
 from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
+#: default threads (no ``num_threads``): every this many steps, one step runs on the other
+#: kernel (one thread / every thread) and is timed; the faster of the two, by the median of
+#: their recent steps, takes the following steps. Both give the same results, bit for bit.
+PROBE_EVERY = 64
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
 CHUNKS_PER_THREAD = 4
 # The per-env loops allocate nothing, so they compile without the runtime's reference counting
@@ -179,6 +186,9 @@ class NumbaEngine:
     def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
                  max_episode_steps: int, num_threads: int | None = None) -> None:
         max_threads = numba.config.NUMBA_NUM_THREADS
+        #: default threads adapt: a machine whose other work holds a core makes a threaded
+        #: step wait for its descheduled thread (measured 2-4x slower than one thread)
+        self.adaptive = num_threads is None
         if num_threads is None:
             num_threads = default_threads()
         elif not isinstance(num_threads, int) or not 1 <= num_threads <= max_threads:
@@ -217,6 +227,28 @@ class NumbaEngine:
         self._step = step_parallel if self._parallel else step_serial
         self._chunks = num_threads * CHUNKS_PER_THREAD
         self._entry_points: dict[Any, Any] = {}
+        self._adapt = self.adaptive and self._parallel
+        self._calls = 0
+        #: seconds of recent steps by kernel (adaptive threads only)
+        self._times: dict[Any, deque[float]] = {k: deque(maxlen=8)
+                                                 for k in (step_serial, step_parallel)}
+
+    @property
+    def active_threads(self) -> int:
+        """Threads the next step runs on (1 when adaptive threads chose the serial kernel)."""
+        return self.num_threads if self._step is self._kernels[1] and self._parallel else 1
+
+    def _choose_kernel(self) -> Any:
+        """The kernel for this step: the current choice, or every ``PROBE_EVERY`` steps the
+        other one (a probe); after a probe, the one whose recent steps were faster."""
+        self._calls += 1
+        if self._calls % PROBE_EVERY:
+            return self._step
+        serial, parallel = self._kernels[:2]
+        times = self._times
+        if times[serial] and times[parallel]:
+            self._step = min((serial, parallel), key=lambda k: statistics.median(times[k]))
+        return serial if self._step is parallel else parallel
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
@@ -254,10 +286,14 @@ class NumbaEngine:
     def step(self, actions: Any) -> int:
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
-        result = self._call(self._step, self._chunks, self.num_envs, self._kernel_state, a,
+        kernel = self._choose_kernel() if self._adapt else self._step
+        t0 = time.perf_counter()
+        result = self._call(kernel, self._chunks, self.num_envs, self._kernel_state, a,
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
                             self._obs_rows, self.rewards, self.terminated, self.truncated,
                             self._final_obs_rows)
+        if self._adapt:
+            self._times[kernel].append(time.perf_counter() - t0)
         if result < 0:
             index = -1 - result
             raise refused_step_error(self.spec, index, a,
