@@ -1,0 +1,137 @@
+#!/usr/bin/env python
+"""The pool's targets (issue 10), side by side in one process: Gymnasium's SyncVectorEnv, the
+envfleet pool (2 workers) and, when installed, PufferLib's Multiprocessing vector env, in
+alternating rounds on each env; the median round's steps/s and each round's ratio to Sync.
+
+    .venv/bin/python scripts/bench_pool.py [--rounds 6] [--seconds 1.5] [--out docs/bench]
+
+Random actions (8 pre-drawn batches, cycled); every contender steps the same Gymnasium envs.
+Writes pool.json and prints a Markdown table. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import importlib.util
+import json
+import os
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+import envfleet
+
+#: (env id, num_envs, target pool / Sync) from issue 10
+CASES = (("HumanoidStandup-v5", 8, 1.8), ("HumanoidStandup-v5", 32, 1.9),
+         ("CartPole-v1", 128, 1.7), ("Acrobot-v1", 64, 1.5), ("ALE/Breakout-v5", 16, 1.7))
+
+
+def make_env(env_id: str) -> gym.Env:
+    """One Gymnasium env (ALE ids register ale-py's envs first)."""
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+    return gym.make(env_id)
+
+
+def _puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
+    import pufferlib.emulation
+
+    return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_env, env_args=[env_id],
+                                                  buf=buf, seed=seed)
+
+
+def contenders(env_id: str, n: int, actions: list[np.ndarray]) -> dict[str, Any]:
+    """name -> (step(k), close()) for each contender, reset and warmed up."""
+    factories = [functools.partial(make_env, env_id) for _ in range(n)]
+    out = {}
+    for name, venv in (("sync", gym.vector.SyncVectorEnv(factories)),
+                       ("pool", envfleet.make(factories, n, backend="pool", num_workers=2))):
+        venv.reset(seed=0)
+        out[name] = (lambda k, v=venv: v.step(actions[k % len(actions)]), venv.close)
+    if importlib.util.find_spec("pufferlib") is not None:
+        import pufferlib.vector
+
+        pv = pufferlib.vector.make(functools.partial(_puffer_env, env_id), num_envs=n,
+                                   backend=pufferlib.vector.Multiprocessing, num_workers=2,
+                                   batch_size=n, overwork=True)
+        pv.async_reset(0)
+        pv.recv()
+        pacts = [np.asarray(a).astype(pv.actions.dtype).reshape(n, *pv.atn_shape)
+                 for a in actions]
+
+        def puffer_step(k: int) -> None:
+            pv.send(pacts[k % len(pacts)])
+            pv.recv()
+
+        out["pufferlib"] = (puffer_step, pv.close)
+    for step, _ in out.values():
+        for k in range(5):
+            step(k)
+    return out
+
+
+def measure(env_id: str, n: int, rounds: int, seconds: float) -> dict[str, Any]:
+    """Alternating rounds of every contender; steps/s per round."""
+    space = gym.vector.utils.batch_space(make_env(env_id).action_space, n)
+    space.seed(0)
+    actions = [space.sample() for _ in range(8)]
+    runners = contenders(env_id, n, actions)
+    rates: dict[str, list[float]] = {name: [] for name in runners}
+    load = os.getloadavg()[0]
+    for r in range(rounds):
+        for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
+            step, calls, t0 = runners[name][0], 0, time.perf_counter()
+            while (elapsed := time.perf_counter() - t0) < seconds or calls < 3:
+                step(calls)
+                calls += 1
+            rates[name].append(n * calls / elapsed)
+    for _, close in runners.values():
+        close()
+    ratios = {name: [a / b for a, b in zip(rs, rates["sync"], strict=True)]
+              for name, rs in rates.items() if name != "sync"}
+    return {"env": env_id, "num_envs": n, "steps_per_s": rates, "ratio_to_sync": ratios,
+            "load_average": [load, os.getloadavg()[0]]}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=6)
+    parser.add_argument("--seconds", type=float, default=1.5)
+    parser.add_argument("--out", default="docs/bench")
+    args = parser.parse_args()
+    rows = []
+    print("| env | num_envs | Sync | pool | pool / Sync (rounds) | PufferLib / Sync | target |")
+    print("|:---|---:|---:|---:|:---|---:|---:|")
+    for env_id, n, target in CASES:
+        try:
+            row = measure(env_id, n, args.rounds, args.seconds)
+        except Exception as error:  # an env whose package is missing
+            print(f"| {env_id} | {n} | not measured: {type(error).__name__}: {error} |")
+            continue
+        row["target"] = target
+        rows.append(row)
+        med = {k: statistics.median(v) for k, v in row["steps_per_s"].items()}
+        pool = row["ratio_to_sync"]["pool"]
+        puffer = row["ratio_to_sync"].get("pufferlib")
+        print(f"| {env_id} | {n} | {med['sync']:,.0f} | {med['pool']:,.0f} | "
+              f"**{statistics.median(pool):.2f}x** ({' '.join(f'{x:.2f}' for x in pool)}) | "
+              f"{f'{statistics.median(puffer):.2f}x' if puffer else '-'} | {target}x |",
+              flush=True)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "pool.json").write_text(json.dumps(
+        {"machine": platform.processor() or platform.machine(), "cpu_count": os.cpu_count(),
+         "command": "scripts/bench_pool.py", "rounds": args.rounds, "seconds": args.seconds,
+         "rows": rows}, indent=1))
+
+
+if __name__ == "__main__":
+    main()
