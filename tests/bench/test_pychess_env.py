@@ -29,9 +29,8 @@ def replay_reply(target: dict[str, str]):
     return reply
 
 
-@pytest.mark.parametrize(("opponent", "observation", "max_plies"),
-                         [("random", "planes", 60), (None, "compact", 50)])
-def test_lockstep_with_native_chess(opponent, observation, max_plies):
+def test_lockstep_with_native_chess(opponent="random", observation="planes", max_plies=60):
+    """The setting the studies train on (the random opponent, planes)."""
     n, steps = 6, 70
     native = envfleet.make("Chess-v0", n, seed=4, opponent=opponent, observation=observation,
                            max_plies=max_plies)
@@ -102,3 +101,20 @@ def test_pool_runs_the_python_chess_env():
         legal = [np.flatnonzero(m) for m in info["action_mask"]]
         obs, _, _, _, info = env.step(np.array([a[0] for a in legal]))
     env.close()
+
+
+def test_observations_match_the_chess_tests_reference():
+    """Both observation kinds equal the chess tests' python-chess reference (which the native
+    lock-step tests check against Chess-v0) over random games."""
+    from tests.envs.chess.helpers import reference_compact, reference_planes
+
+    rng = np.random.default_rng(0)
+    for _ in range(4):
+        board = chess.Board()
+        for _ in range(120):
+            assert np.array_equal(pychess_env.compact_obs(board), reference_compact(board))
+            assert np.array_equal(pychess_env.planes_obs(board), reference_planes(board))
+            moves = list(board.legal_moves)
+            if not moves or pychess_env.outcome(board) != "ongoing":
+                break
+            board.push(moves[int(rng.integers(len(moves)))])
