@@ -118,3 +118,23 @@ def test_observations_match_the_chess_tests_reference():
             if not moves or pychess_env.outcome(board) != "ongoing":
                 break
             board.push(moves[int(rng.integers(len(moves)))])
+
+
+def test_openspiel_env_plays_chess_against_the_random_opponent():
+    """The OpenSpiel contender: the agent (white) moves, the opponent replies, the game ends
+    with OpenSpiel's returns or is truncated at Chess-v0's step budget."""
+    pytest.importorskip("pyspiel")
+    from envfleet.bench.studies.openspiel_env import OpenSpielChessEnv
+
+    env = OpenSpielChessEnv(max_plies=40)
+    obs, info = env.reset(seed=0)
+    assert obs.shape == (20, 8, 8) and info["action_mask"].sum() == 20  # 20 opening moves
+    rng = np.random.default_rng(0)
+    for _ in range(20):
+        legal = np.flatnonzero(info["action_mask"])
+        obs, reward, terminated, truncated, info = env.step(int(rng.choice(legal)))
+        assert str(env.state).split()[1] == "w" or terminated  # the opponent replied
+        if terminated or truncated:
+            break
+    assert truncated or (terminated and reward in (-1.0, 0.0, 1.0))
+    assert env.steps <= 20

@@ -119,7 +119,7 @@ def plan(envs: list[str], sizes: list[int] | None, iterations: int,
     jobs, skipped = [], []
     for env in envs:
         for series, env_id, backend in SERIES[env]:
-            if only and series.split()[-1] not in only and backend not in only:
+            if only and not {*series.split(), backend} & set(only):  # a word or backend
                 continue
             missing = REQUIRES.get(series)
             if missing and importlib.util.find_spec(missing[0]) is None:
