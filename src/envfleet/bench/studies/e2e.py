@@ -192,6 +192,7 @@ def plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
     """Per env: steps/s against num_envs (ideal dashed), and stacked ms per update."""
     import matplotlib.pyplot as plt
     import numpy as np
+    from matplotlib.ticker import NullLocator
 
     measured = [r for r in rows if ok(r)]
     envs = list(dict.fromkeys(r["env"] for r in measured)) or ["none"]
@@ -212,6 +213,7 @@ def plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
                             [r["sps_ideal_q3"] for r in rs], color=line.get_color(), alpha=0.1)
         ax.set(xscale="log", yscale="log", xlabel="num_envs", ylabel="steps/s (PPO loop)",
                title=f"{env}: end-to-end (solid) and ideal (dashed, IQR shaded)")
+        ax.xaxis.set_minor_locator(NullLocator())  # only the num_envs measured are labelled
         ax.set_xticks(sorted({r["num_envs"] for r in mine}) or [1])
         ax.set_xticklabels([f"{n:,}" for n in sorted({r["num_envs"] for r in mine})])
         ax.grid(alpha=0.4, which="both")
