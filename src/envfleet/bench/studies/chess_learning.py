@@ -174,7 +174,9 @@ class _LearningRun(StudyRun):
         """The common footer, saying what a point is here."""
         return super().footer(load_after).replace(
             " timed 1 times", " one training run").replace(
-            "s each)", "s of training each)")
+            "s each)", "s of training each)").replace(
+            "median and spread (± half the interquartile range) reported",
+            "both contenders in one process, one after the other; win rates with 95% intervals")
 
 
 def run(args: argparse.Namespace, envs: list[str]) -> int:
