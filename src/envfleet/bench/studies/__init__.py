@@ -9,7 +9,11 @@ Each study module has ``run(args, envs) -> exit status`` and writes ``study-<nam
   and backend placed under them;
 - ``tpb``: CUDA threads per block against num_envs ("not measured: no GPU" without one);
 - ``executors``: envfleet's executors against Gymnasium's and SB3's vector envs (and EnvPool,
-  PufferLib where installed) by num_envs and workers, on four Gymnasium envs.
+  PufferLib where installed) by num_envs and workers, on four Gymnasium envs;
+- ``e2e``: the whole PPO loop (env, inference, update) against num_envs, native env vs the
+  same game in the pool and serially (CartPole, python-chess), with the ideal line;
+- ``chess-learning``: win rate against the random opponent by wall-clock second, PPO on the
+  native Chess-v0 vs the same PPO on the python-chess env in the pool.
 
 Study modules are imported only when their study runs (the package itself imports nothing).
 """
@@ -19,11 +23,12 @@ from __future__ import annotations
 import argparse
 import importlib
 
-STUDIES = ("threads", "workload", "roofline", "tpb", "executors")
+STUDIES = ("threads", "workload", "roofline", "tpb", "executors", "e2e", "chess-learning")
 
 
 def run(args: argparse.Namespace) -> int:
     """Run the study ``args.study`` (``--env`` a comma list: the envs it covers)."""
     envs = [e.strip() for e in (args.env or "").split(",") if e.strip()]
-    module = importlib.import_module(f"envfleet.bench.studies.{args.study}")
+    module = importlib.import_module(
+        f"envfleet.bench.studies.{args.study.replace('-', '_')}")
     return module.run(args, envs)

@@ -1,0 +1,63 @@
+"""``--study e2e`` and ``--study chess-learning`` on tiny budgets: their files, positive finite
+figures, the ideal line bounding end-to-end (or the row saying it does not), and the python-chess
+contender playing the same game and being judged by the same games as the native one."""
+
+from __future__ import annotations
+
+from envfleet.cli import main
+from tests.bench.test_studies import outputs, positive
+
+
+def test_e2e_study(tmp_path):
+    assert main(["bench", "--study", "e2e", "--env", "CartPole-v1", "--num-envs", "4",
+                 "--backends", "numba", "--repeats", "1", "--out", str(tmp_path)]) == 0
+    header, rows, summary, md = outputs(tmp_path, "e2e")
+    assert header["settings"]["iterations"] == 3
+    assert [(r["series"], r["num_envs"]) for r in rows] == [("native numba", 4)]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["iterations"] == 3 and len(r["steps_per_s_samples"]) == 3
+        assert r["ideal_iterations"] >= 7  # enough for a median and an IQR
+        assert positive(r["sps_end_to_end"], r["sps_env"], r["sps_ideal"], r["steps_per_s"],
+                        r["sps_ideal_q1"], r["sps_ideal_q3"], r["efficiency"])
+        assert r["sps_ideal_q1"] <= r["sps_ideal"] <= r["sps_ideal_q3"]
+        t = r["seconds_per_update"]
+        assert positive(t["env"], t["inference"], t["learning"]) and t["other"] >= 0
+        # the whole loop is never faster than the ideal loop doing the same work: where the
+        # measured end-to-end exceeds the ideal's IQR the row and the table say so
+        assert r["above_ideal"] == (r["sps_end_to_end"] > r["sps_ideal_q3"])
+        assert ("⚠ |" in md) == any(x["above_ideal"] for x in rows)
+        # the env costs something: env-only steps/s exceed the whole loop's
+        assert r["sps_env"] > r["sps_end_to_end"]
+    assert [p["series"] for p in summary["points"]] == ["native numba"]
+    assert "ideal (IQR)" in md and "| CartPole-v1 | native numba | 4 |" in md
+    assert "PPO settings per point" in md
+
+
+def test_e2e_study_refuses_other_envs(tmp_path):
+    assert main(["bench", "--study", "e2e", "--env", "Acrobot-v1", "--out",
+                 str(tmp_path)]) == 2
+
+
+def test_chess_learning_study(tmp_path):
+    assert main(["bench", "--study", "chess-learning", "--seconds", "1", "--num-envs", "32",
+                 "--out", str(tmp_path)]) == 0
+    header, rows, summary, md = outputs(tmp_path, "chess-learning")
+    assert header["settings"]["seconds"] == 1 and header["settings"]["eval_games"] == 32
+    assert [r["series"] for r in rows] == ["native Chess-v0", "python-chess pool"]
+    for r in rows:
+        assert r["status"] == "ok", r
+        assert r["num_envs"] == 32 and r["hidden_sizes"] == [128, 128]  # the same learner
+        assert r["stop_reason"] == "time limit" and r["train_s"] >= 1
+        assert positive(r["steps_per_s"], r["sps_env"], r["total_steps"])
+        points = r["points"]
+        assert points[0]["seconds"] == 0 and points[0]["steps"] == 0
+        assert [p["steps"] for p in points] == sorted(p["steps"] for p in points)
+        assert points[-1]["steps"] == r["total_steps"]
+        for p in points:
+            assert p["games"] == 32
+            assert abs(p["win_rate"] + p["draw_rate"] + p["loss_rate"] - 1) < 1e-9
+    # the same initial policy, judged on the same games: the same first point
+    assert rows[0]["points"][0] == rows[1]["points"][0]
+    assert len(summary["curves"]) == 2
+    assert "| python-chess pool | 0 | 0 |" in md and "steps in the same time" in md
