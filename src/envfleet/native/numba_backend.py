@@ -44,9 +44,11 @@ from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
 #: default threads (no ``num_threads``): every this many steps, one step runs on the other
-#: kernel (one thread / every thread) and is timed; the faster of the two, by the median of
-#: their recent steps, takes the following steps. Both give the same results, bit for bit.
+#: kernel (one thread / every thread) and is timed; the other takes the following steps when
+#: the median of its last 3 timed steps beats the current one's by ``SWITCH_MARGIN``. Both give
+#: the same results, bit for bit.
 PROBE_EVERY = 64
+SWITCH_MARGIN = 0.9
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
 CHUNKS_PER_THREAD = 4
 # The per-env loops allocate nothing, so they compile without the runtime's reference counting
@@ -230,7 +232,7 @@ class NumbaEngine:
         self._adapt = self.adaptive and self._parallel
         self._calls = 0
         #: seconds of recent steps by kernel (adaptive threads only)
-        self._times: dict[Any, deque[float]] = {k: deque(maxlen=8)
+        self._times: dict[Any, deque[float]] = {k: deque(maxlen=3)
                                                  for k in (step_serial, step_parallel)}
 
     @property
@@ -240,15 +242,19 @@ class NumbaEngine:
 
     def _choose_kernel(self) -> Any:
         """The kernel for this step: the current choice, or every ``PROBE_EVERY`` steps the
-        other one (a probe); after a probe, the one whose recent steps were faster."""
+        other one (a probe), after switching to it when its recent steps were clearly
+        faster."""
         self._calls += 1
         if self._calls % PROBE_EVERY:
             return self._step
         serial, parallel = self._kernels[:2]
+        other = serial if self._step is parallel else parallel
         times = self._times
-        if times[serial] and times[parallel]:
-            self._step = min((serial, parallel), key=lambda k: statistics.median(times[k]))
-        return serial if self._step is parallel else parallel
+        if times[other] and times[self._step] and (
+                statistics.median(times[other])
+                < SWITCH_MARGIN * statistics.median(times[self._step])):
+            self._step, other = other, self._step
+        return other
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
