@@ -293,12 +293,13 @@ class NumbaEngine:
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
         kernel = self._choose_kernel() if self._adapt else self._step
+        timed = self._adapt and kernel in self._entry_points  # not a first call (a compile)
         t0 = time.perf_counter()
         result = self._call(kernel, self._chunks, self.num_envs, self._kernel_state, a,
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
                             self._obs_rows, self.rewards, self.terminated, self.truncated,
                             self._final_obs_rows)
-        if self._adapt:
+        if timed:
             self._times[kernel].append(time.perf_counter() - t0)
         if result < 0:
             index = -1 - result
