@@ -78,9 +78,9 @@ class Candidate:
 
 def is_native(env_id: str) -> bool:
     """Whether ``env_id`` has a native family (``envfleet.list_envs()``)."""
-    from envfleet.registry import NATIVE_ENVS
+    from envfleet.registry import _native_name
 
-    return env_id.removeprefix("envfleet/") in NATIVE_ENVS
+    return _native_name(env_id) is not None
 
 
 def _rss_bytes() -> int:
@@ -167,23 +167,13 @@ def _leaves(obs: Any) -> list[Any]:
     return [obs]
 
 
-def native_backends() -> list[str]:
-    """The native backends that can run here: numba always, torch when installed, cuda on a
-    real GPU (not the simulator)."""
-    import importlib.util
+def native_backends(env_id: str) -> list[str]:
+    """The native backends of ``env_id``'s family that can run here (``envfleet.list_envs``),
+    cuda only on a real GPU: under the CUDA simulator its speed means nothing."""
+    from envfleet.registry import _native_name, list_envs
 
-    backends = ["numba"]
-    if importlib.util.find_spec("torch") is not None:
-        backends.append("torch")
-    if os.environ.get("NUMBA_ENABLE_CUDASIM") != "1":
-        try:
-            from numba import cuda
-
-            if cuda.is_available():
-                backends.append("cuda")
-        except Exception:  # numba-cuda missing or no driver
-            pass
-    return backends
+    simulated = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
+    return [b for b in list_envs()[_native_name(env_id)] if not (b == "cuda" and simulated)]
 
 
 def ladder(rungs: tuple[int, ...], max_envs: int, memory_cap: int, bytes_per_env: int,
@@ -218,7 +208,7 @@ def choose_backends(env_id: str, backends: list[str] | None) -> list[str]:
 
     allowed = (*NATIVE_BACKENDS, "serial", "pool") if is_native(env_id) else ("serial", "pool")
     if backends is None:
-        return native_backends() if is_native(env_id) else ["serial", "pool"]
+        return native_backends(env_id) if is_native(env_id) else ["serial", "pool"]
     unknown = [b for b in backends if b not in allowed]
     if unknown:
         raise ValueError(f"envfleet tune {env_id}: cannot consider backend(s) "
