@@ -103,23 +103,6 @@ def test_pool_runs_the_python_chess_env():
     env.close()
 
 
-def test_observations_match_the_chess_tests_reference():
-    """Both observation kinds equal the chess tests' python-chess reference (which the native
-    lock-step tests check against Chess-v0) over random games."""
-    from tests.envs.chess.helpers import reference_compact, reference_planes
-
-    rng = np.random.default_rng(0)
-    for _ in range(4):
-        board = chess.Board()
-        for _ in range(120):
-            assert np.array_equal(pychess_env.compact_obs(board), reference_compact(board))
-            assert np.array_equal(pychess_env.planes_obs(board), reference_planes(board))
-            moves = list(board.legal_moves)
-            if not moves or pychess_env.outcome(board) != "ongoing":
-                break
-            board.push(moves[int(rng.integers(len(moves)))])
-
-
 def test_openspiel_env_plays_chess_against_the_random_opponent():
     """The OpenSpiel contender: the agent (white) moves, the opponent replies, the game ends
     with OpenSpiel's returns or is truncated at Chess-v0's step budget."""
