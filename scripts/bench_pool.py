@@ -12,7 +12,6 @@ Writes pool.json and prints a Markdown table. Not a test.
 from __future__ import annotations
 
 import argparse
-import functools
 import importlib.util
 import json
 import os
@@ -26,61 +25,40 @@ import gymnasium as gym
 import numpy as np
 
 import envfleet
+from envfleet.bench.baselines import BASELINES, BaselineEnv
 
 #: (env id, num_envs, target pool / Sync) from issue 10
 CASES = (("HumanoidStandup-v5", 8, 1.8), ("HumanoidStandup-v5", 32, 1.9),
          ("CartPole-v1", 128, 1.7), ("Acrobot-v1", 64, 1.5), ("ALE/Breakout-v5", 16, 1.7))
 
 
-def make_env(env_id: str) -> gym.Env:
-    """One Gymnasium env (ALE ids register ale-py's envs first)."""
-    if env_id.startswith("ALE/"):
-        import ale_py
-
-        gym.register_envs(ale_py)
-    return gym.make(env_id)
-
-
-def _puffer_env(env_id: str, buf: Any = None, seed: int = 0) -> Any:
-    import pufferlib.emulation
-
-    return pufferlib.emulation.GymnasiumPufferEnv(env_creator=make_env, env_args=[env_id],
-                                                  buf=buf, seed=seed)
+def gymnasium_id(env_id: str) -> str:
+    """The id every contender builds: ALE ids import ale-py first (Gymnasium's "module:id")."""
+    return f"ale_py:{env_id}" if env_id.startswith("ALE/") else env_id
 
 
 def contenders(env_id: str, n: int, actions: list[np.ndarray]) -> dict[str, Any]:
-    """name -> (step(k), close()) for each contender, reset and warmed up."""
-    factories = [functools.partial(make_env, env_id) for _ in range(n)]
-    out = {}
-    for name, venv in (("sync", gym.vector.SyncVectorEnv(factories)),
-                       ("pool", envfleet.make(factories, n, backend="pool", num_workers=2))):
-        venv.reset(seed=0)
-        out[name] = (lambda k, v=venv: v.step(actions[k % len(actions)]), venv.close)
+    """name -> (step(k), close()) for each contender, reset and warmed up: the bench's own
+    gym-sync and pufferlib baselines (PufferLib with 2 workers, when installed) and the pool."""
+    gym_id = gymnasium_id(env_id)
+    pool = envfleet.make(gym_id, n, backend="pool", num_workers=2, seed=0)
+    built = {"sync": BASELINES["gym-sync"].build(gym_id, n, 0),
+             "pool": BaselineEnv(reset=lambda: pool.reset(seed=0)[0], step=pool.step,
+                                 action_space=pool.action_space, close=pool.close)}
     if importlib.util.find_spec("pufferlib") is not None:
-        import pufferlib.vector
-
-        pv = pufferlib.vector.make(functools.partial(_puffer_env, env_id), num_envs=n,
-                                   backend=pufferlib.vector.Multiprocessing, num_workers=2,
-                                   batch_size=n, overwork=True)
-        pv.async_reset(0)
-        pv.recv()
-        pacts = [np.asarray(a).astype(pv.actions.dtype).reshape(n, *pv.atn_shape)
-                 for a in actions]
-
-        def puffer_step(k: int) -> None:
-            pv.send(pacts[k % len(pacts)])
-            pv.recv()
-
-        out["pufferlib"] = (puffer_step, pv.close)
-    for step, _ in out.values():
+        built["pufferlib"] = BASELINES["pufferlib"].build(gym_id, n, 0, num_workers=2)
+    out = {}
+    for name, env in built.items():
+        env.reset()
+        out[name] = (lambda k, e=env: e.step(actions[k % len(actions)]), env.close)
         for k in range(5):
-            step(k)
+            out[name][0](k)
     return out
 
 
 def measure(env_id: str, n: int, rounds: int, seconds: float) -> dict[str, Any]:
     """Alternating rounds of every contender; steps/s per round."""
-    space = gym.vector.utils.batch_space(make_env(env_id).action_space, n)
+    space = gym.vector.utils.batch_space(gym.make(gymnasium_id(env_id)).action_space, n)
     space.seed(0)
     actions = [space.sample() for _ in range(8)]
     runners = contenders(env_id, n, actions)
