@@ -638,7 +638,6 @@ class IdealLoop:
         self.optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
         self.args, self.bounds, self.torch_actions = args, action_bounds, torch_actions
         self.env = ReplayEnv(obs, info)
-        self.info = info
         self.buf = make_rollout(args, self.agent, info, torch.device(args.device))
         self.books = Bookkeeping.new(args)
         self.generator = torch.Generator().manual_seed(0)
