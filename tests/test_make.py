@@ -34,6 +34,24 @@ def test_unknown_id_names_the_closest() -> None:
         envfleet.make("NoSuchEnv-v0", 4)
 
 
+def test_ale_id_without_importing_ale_py() -> None:
+    """``ALE/...`` ids work as Gymnasium documents them, without the user importing ale_py
+    (a fresh process: another test may have imported it here)."""
+    pytest.importorskip("ale_py")
+    import subprocess
+    import sys
+    code = ("import sys, envfleet\n"
+            "assert 'ale_py' not in sys.modules\n"
+            "env = envfleet.make('ALE/Breakout-v5', 2, backend='serial')\n"
+            "obs, _ = env.reset(seed=0)\n"
+            "obs, *_ = env.step(env.action_space.sample())\n"
+            "assert obs.shape == (2, 210, 160, 3), obs.shape\n"
+            "env.close()\n")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+
+
 def test_unknown_backend_lists_valid_ones() -> None:
     with pytest.raises(ValueError, match="valid backends: auto, numba, cuda, torch"):
         envfleet.make("CartPole-v1", 4, backend="jax")

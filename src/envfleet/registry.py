@@ -126,10 +126,20 @@ def _unknown_env(env_id: str) -> UnknownEnvError:
     )
 
 
+#: the module that registers a namespace's ids when imported (Gymnasium 1.x no longer imports
+#: plugins: ``gymnasium.make("ALE/...")`` needs ``import ale_py`` first)
+NAMESPACE_MODULES = {"ALE": "ale_py"}
+
+
 def _gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
-    """Gymnasium's spec for ``env_id`` (``module:Id`` imports ``module`` first)."""
+    """Gymnasium's spec for ``env_id`` (``module:Id`` imports ``module`` first, and so does a
+    known namespace's id: ``ALE/Breakout-v5`` imports ``ale_py``)."""
+    module = None
     if ":" in env_id:
         module, env_id = env_id.split(":", 1)
+    elif "/" in env_id and env_id not in gymnasium.registry:
+        module = NAMESPACE_MODULES.get(env_id.split("/", 1)[0])
+    if module is not None:
         try:
             importlib.import_module(module)
         except ImportError as error:
