@@ -11,6 +11,7 @@ import os
 import subprocess
 import sys
 import textwrap
+import time
 from pathlib import Path
 
 import numpy as np
@@ -106,6 +107,28 @@ def test_disabled_cache_compiles_in_every_process(tmp_path):
     for result, err in runs:
         assert NOTICE in err and result["hits"] == 0
     assert runs[0][0]["seen"] == runs[1][0]["seen"]
+
+
+def test_unused_files_are_pruned_and_loaded_files_kept(tmp_path):
+    cache = tmp_path / "cache"
+    cache.mkdir()
+    long_ago = time.time() - 40 * 86400
+    stale = cache / "step_serial-0123.nbk"  # an edited family's old kernel
+    stale.write_bytes(b"old machine code")
+    os.utime(stale, (long_ago, long_ago))
+    unrelated = cache / "notes.txt"
+    unrelated.write_text("not ours")
+    os.utime(unrelated, (long_ago, long_ago))
+    _run(CARTPOLE, cache)  # compiles and saves: the save prunes
+    assert not stale.exists() and unrelated.exists()
+    kernels = list(cache.glob("*.nbk"))
+    almost = time.time() - 29 * 86400
+    for path in kernels:
+        os.utime(path, (almost, almost))
+    warm, _ = _run(CARTPOLE, cache)  # loads mark the files used
+    assert warm["hits"] == 2
+    used = [p for p in kernels if p.stat().st_mtime > time.time() - 3600]
+    assert len(used) == 2, [p.name for p in kernels]
 
 
 # --- a user's family in its own files, edited between processes ---------------------------

@@ -12,7 +12,9 @@ different key, so old machine code never runs.
 
 One file per (kernel, key), written under a temporary name and renamed into place (atomic on
 POSIX): concurrent processes never see a partial file and never share an index. Loading skips
-numba's full target ``refresh()`` (``_ready_to_load``), most of a cached start's cost.
+numba's full target ``refresh()`` (``_ready_to_load``), most of a cached start's cost. A load
+marks its file used (its modification time); a save deletes the files unused for
+``UNUSED_DAYS`` (an edited family's old kernels), so the directory does not grow forever.
 docs/ARCHITECTURE.md, "The kernel cache", says what is keyed and what is not.
 
 ``ENVFLEET_CACHE_DIR`` sets the directory (default ``$XDG_CACHE_HOME/envfleet/numba``, else
@@ -30,6 +32,7 @@ import pickle
 import re
 import sys
 import tempfile
+import time
 import types
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +49,8 @@ _LIBRARIES = ("numba", "numpy", "llvmlite", "math", "cmath", "builtins", "operat
               "typing", "gymnasium")
 _VERSIONS = (numba.__version__, llvmlite.__version__, np.__version__, sys.version, sys.platform)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
+#: a cache file not loaded for this many days is deleted at the next save
+UNUSED_DAYS = 30
 
 
 def cache_dir() -> Path | None:
@@ -253,7 +258,10 @@ class KernelCache(_Cache):
                 path = self.path(sig, target_context.codegen())
                 with path.open("rb") as f:
                     payload = _Unpickler(f, _classes(sig)).load()
-                return compiler.CompileResult._rebuild(target_context, *payload)
+                result = compiler.CompileResult._rebuild(target_context, *payload)
+                with contextlib.suppress(OSError):  # used: kept by prune_unused
+                    os.utime(path)
+                return result
             except Exception:  # any failure only costs a compile
                 pass
         if self._on_compile is not None:
@@ -280,6 +288,7 @@ class KernelCache(_Cache):
             if temporary is not None:
                 with contextlib.suppress(OSError):
                     os.unlink(temporary)
+        prune_unused(target.parent)
 
     def enable(self) -> None:
         self._enabled = True
@@ -289,6 +298,18 @@ class KernelCache(_Cache):
 
     def flush(self) -> None:
         pass
+
+
+def prune_unused(directory: Path, days: float = UNUSED_DAYS) -> None:
+    """Delete the kernel files in ``directory`` not loaded or written for ``days`` (and
+    temporaries a killed writer left): a save is rare (a compile), so it pays for the scan."""
+    oldest = time.time() - days * 86400
+    with contextlib.suppress(OSError):
+        for path in directory.iterdir():
+            if path.name.endswith(".nbk") or path.name.startswith("."):
+                with contextlib.suppress(OSError):
+                    if path.stat().st_mtime < oldest:
+                        path.unlink()
 
 
 def _classes(sig: Any) -> list[type]:
