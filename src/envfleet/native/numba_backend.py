@@ -31,7 +31,6 @@ from envfleet.contract import check_action_batch
 from envfleet.machine import usable_cores
 from envfleet.native.driver import (
     DISABLED,
-    NEXT_STEP,
     SAME_STEP,
     ActionFormat,
     action_format,
@@ -86,11 +85,9 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     @njit(**_RANGE_JIT)
     def step_range(start, stop, state, actions, rng, max_steps, pending, obs, rewards,
                    terminated, truncated, final_obs):
-        if mode == NEXT_STEP:
-            for i in range(start, stop):
-                begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
         ended = 0
-        for i in range(start, stop):
+        for i in range(start, stop):  # NEXT_STEP: begin resets env i, then advance skips it
+            begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
             if advance(i, state, params, actions, rng, max_steps, pending, obs, rewards,
                        terminated, truncated):
                 ended += 1
