@@ -295,4 +295,5 @@ SPEC = NativeEnvSpec(
                                attributes=("length",)),
     per_env_params=("gravity", "masscart", "masspole", "total_mass", "length",
                     "polemass_length", "force_mag"),
+    writes_every_output=True,
 )

@@ -216,6 +216,7 @@ class NumbaEngine:
         self.rng = (np.zeros(num_envs, np.uint64), np.zeros(num_envs, np.uint64),
                     np.zeros(num_envs, np.int64))
         self._all = np.ones(num_envs, dtype=np.bool_)
+        self._handed_out = False  # the outputs are a ``fresh`` step's, handed to its caller
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
         self._parallel = num_threads > 1 and num_envs >= min_envs
@@ -281,27 +282,48 @@ class NumbaEngine:
 
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         mask = self._all if mask is None else np.array(mask, dtype=np.bool_)  # C, writable
+        if self._handed_out:  # the last step's obs belong to its caller: write into a copy
+            self._obs_rows = self._obs_rows.copy()
+            self.obs = self._obs_rows.reshape(self.obs.shape)
+            self._handed_out = False
         self._call(self._reset, self.num_envs, mask,
                     self._no_seeds if new_seeds is None else np.array(new_seeds, np.uint64),
                     new_seeds is not None, self._kernel_state, self.rng, self.pending,
                     self._obs_rows)
 
-    def step(self, actions: Any) -> int:
+    @property
+    def fresh_outputs(self) -> bool:
+        """Whether ``step(actions, fresh=True)`` can write into new arrays (the family writes
+        every output row on every step: ``NativeEnvSpec.writes_every_output``)."""
+        return self.spec.writes_every_output
+
+    def step(self, actions: Any, fresh: bool = False) -> int:
+        """Step every env (``Engine.step``). ``fresh``: write this step's obs, rewards and
+        flags into new arrays, which become the engine's buffers (the caller may keep them:
+        ``copy=True`` without a copy pass; the last ones are copied before a reset writes)."""
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
         kernel = self._choose_kernel() if self._adapt else self._step
         timed = self._adapt and kernel in self._entry_points  # not a first call (a compile)
+        if fresh:
+            outputs = (np.empty_like(self._obs_rows), np.empty_like(self.rewards),
+                       np.empty_like(self.terminated), np.empty_like(self.truncated))
+        else:
+            outputs = (self._obs_rows, self.rewards, self.terminated, self.truncated)
         t0 = time.perf_counter()
         result = self._call(kernel, self._chunks, self.num_envs, self._kernel_state, a,
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
-                            self._obs_rows, self.rewards, self.terminated, self.truncated,
-                            self._final_obs_rows)
+                            *outputs, self._final_obs_rows)
         if timed:
             self._times[kernel].append(time.perf_counter() - t0)
-        if result < 0:
+        if result < 0:  # refused before any env moved: nothing was written
             index = -1 - result
             raise refused_step_error(self.spec, index, a,
                                      self.mode == DISABLED and bool(self.pending[index]), self)
+        if fresh:
+            self._obs_rows, self.rewards, self.terminated, self.truncated = outputs
+            self.obs = self._obs_rows.reshape(self.obs.shape)
+            self._handed_out = True
         return result
 
     def map_rows(self, row_fn: Any, dtype: Any) -> np.ndarray:
