@@ -8,20 +8,26 @@ import numpy as np
 import pytest
 
 import envfleet
+from envfleet.native import numba_backend
 
 MODES = ("NextStep", "SameStep", "Disabled")
 
 
-def _poisoned_empty_like(monkeypatch: pytest.MonkeyPatch) -> None:
-    """New arrays come back full of NaN / True: a row the kernel skips shows."""
-    real = np.empty_like
+def _fresh_from_one_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every copy=True env built after this writes into new arrays, whatever its size."""
+    monkeypatch.setattr(numba_backend, "FRESH_MIN_ENVS", 1)
 
-    def poisoned(a, *args, **kwargs):
-        out = real(a, *args, **kwargs)
-        out[...] = True if out.dtype == np.bool_ else np.nan
+
+def _poisoned_empty(monkeypatch: pytest.MonkeyPatch) -> None:
+    """New arrays come back full of NaN / True: a row the kernel skips shows."""
+    real = np.empty
+
+    def poisoned(*args, **kwargs):
+        out = real(*args, **kwargs)
+        out.fill(np.nan if out.dtype.kind in "fc" else True if out.dtype.kind == "b" else 77)
         return out
 
-    monkeypatch.setattr(np, "empty_like", poisoned)
+    monkeypatch.setattr(np, "empty", poisoned)
 
 
 def _actions(steps: int, num_envs: int) -> list[np.ndarray]:
@@ -34,7 +40,8 @@ def test_copy_true_matches_copy_false_when_new_arrays_start_as_garbage(
         mode: str, monkeypatch: pytest.MonkeyPatch) -> None:
     """Every output row is written every step (resets included), so nothing of the
     uninitialised new arrays reaches the caller."""
-    _poisoned_empty_like(monkeypatch)
+    _fresh_from_one_env(monkeypatch)
+    _poisoned_empty(monkeypatch)
     n = 8
     envs = [envfleet.make("CartPole-v1", n, backend="numba", num_threads=1, seed=3,
                           autoreset_mode=mode, copy=copy) for copy in (True, False)]
@@ -56,10 +63,12 @@ def test_copy_true_matches_copy_false_when_new_arrays_start_as_garbage(
                 np.testing.assert_array_equal(fresh[4][key], kept[4][key])
 
 
-def test_copy_true_outputs_are_the_callers() -> None:
+def test_copy_true_outputs_are_the_callers(monkeypatch: pytest.MonkeyPatch) -> None:
     """A later step, a partial reset or a refused step leaves earlier results untouched."""
+    _fresh_from_one_env(monkeypatch)
     n = 6
     env = envfleet.make("CartPole-v1", n, backend="numba", num_threads=1, seed=0)
+    assert env._fresh
     env.reset(seed=0)
     kept, snapshots = [], []
     for t, a in enumerate(_actions(40, n)):
@@ -76,3 +85,10 @@ def test_copy_true_outputs_are_the_callers() -> None:
         for x, y in zip(out, snap, strict=True):
             np.testing.assert_array_equal(x, y)
     assert not any(np.shares_memory(a[0], b[0]) for a, b in itertools.pairwise(kept))
+
+
+def test_small_batches_copy() -> None:
+    """Below ``FRESH_MIN_ENVS`` copying the buffers is cheaper than allocating new ones."""
+    small = envfleet.make("CartPole-v1", numba_backend.FRESH_MIN_ENVS - 1, backend="numba")
+    large = envfleet.make("CartPole-v1", numba_backend.FRESH_MIN_ENVS, backend="numba")
+    assert not small._fresh and large._fresh
