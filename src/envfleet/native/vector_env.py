@@ -158,17 +158,17 @@ class NativeVectorEnv(VectorEnv):
         e = self.engine
         if self._fresh:  # the engine writes this step into new arrays: they are the copies
             ended = e.step(actions, fresh=True)
-            out = (e.obs, e.rewards, e.terminated, e.truncated)
+            obs, rewards, terminated, truncated = e.obs, e.rewards, e.terminated, e.truncated
         else:
             ended = e.step(actions)
-            out = (self._out(e.obs), self._out(e.rewards), self._out(e.terminated),
-                   self._out(e.truncated))
+            obs, rewards = self._out(e.obs), self._out(e.rewards)
+            terminated, truncated = self._out(e.terminated), self._out(e.truncated)
         info: dict[str, Any] = self._state_info() if self.native_spec.info_columns else {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
             mask = e.ended_mask()
             info.update({"final_obs": self._out(e.final_obs), "_final_obs": mask,
                          "final_info": {}, "_final_info": mask})
-        return (*out, info)
+        return obs, rewards, terminated, truncated, info
 
     def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
         """Every env's frame (RGB array), as Gymnasium's ``SyncVectorEnv.render``; drawn by
