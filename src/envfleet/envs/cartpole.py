@@ -93,24 +93,20 @@ _HIGH = np.array(
 
 
 @kernel_function
-def _write_obs(i: int, state: Any, obs: Any) -> None:
-    x, x_dot, theta, theta_dot = state
-    obs[i, 0] = np.float32(x[i])
-    obs[i, 1] = np.float32(x_dot[i])
-    obs[i, 2] = np.float32(theta[i])
-    obs[i, 3] = np.float32(theta_dot[i])
-
-
-@kernel_function
 def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
     """Uniform state in [reset_low, reset_high)^4, as ``np_random.uniform(size=(4,))``."""
     x, x_dot, theta, theta_dot = state
     low, high = params.reset_low, params.reset_high
-    x[i] = env_uniform(rng, i, 0, low, high)
-    x_dot[i] = env_uniform(rng, i, 1, low, high)
-    theta[i] = env_uniform(rng, i, 2, low, high)
-    theta_dot[i] = env_uniform(rng, i, 3, low, high)
-    _write_obs(i, state, obs)
+    # all four drawn before any store: the compiler then shares their common hashing
+    x0 = env_uniform(rng, i, 0, low, high)
+    x1 = env_uniform(rng, i, 1, low, high)
+    x2 = env_uniform(rng, i, 2, low, high)
+    x3 = env_uniform(rng, i, 3, low, high)
+    x[i], x_dot[i], theta[i], theta_dot[i] = x0, x1, x2, x3
+    obs[i, 0] = np.float32(x0)
+    obs[i, 1] = np.float32(x1)
+    obs[i, 2] = np.float32(x2)
+    obs[i, 3] = np.float32(x3)
 
 
 @kernel_function
@@ -299,4 +295,5 @@ SPEC = NativeEnvSpec(
                                attributes=("length",)),
     per_env_params=("gravity", "masscart", "masspole", "total_mass", "length",
                     "polemass_length", "force_mag"),
+    writes_every_output=True,
 )

@@ -90,6 +90,10 @@ class NativeEnvSpec:
     #: listed too). A field given one value is compiled in as today; only a record holding an
     #: array compiles the variant that reads that field from a per-env column (``split_params``)
     per_env_params: tuple[str, ...] = ()
+    #: ``step_one`` writes env i's whole ``obs`` row, ``rewards[i]`` and ``terminated[i]`` on
+    #: every call (and ``reset_one`` the whole row): numba's ``copy=True`` steps then write
+    #: straight into new arrays instead of copying the buffers after the step
+    writes_every_output: bool = False
 
     def __post_init__(self) -> None:
         if self.backends is None:

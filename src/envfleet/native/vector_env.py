@@ -34,7 +34,9 @@ class Engine(Protocol):
         """Reset the masked envs (all when None), reseeding them with ``new_seeds`` if given."""
 
     def step(self, actions: Any) -> int:
-        """Validate then step every env; return how many episodes ended (SAME_STEP info)."""
+        """Validate then step every env; return how many episodes ended (SAME_STEP info).
+        An engine with a true ``fresh_outputs`` also takes ``fresh=True``: write this step's
+        obs, rewards and flags into new arrays that become its buffers."""
 
     def ended_mask(self) -> Any:
         """Envs whose episode ended in the last step (terminated or truncated)."""
@@ -84,6 +86,8 @@ class NativeVectorEnv(VectorEnv):
         self.num_envs = num_envs
         self.autoreset_mode = autoreset_mode
         self.copy = copy
+        #: copy=True on an engine that can write each step into new arrays (no copy pass)
+        self._fresh = copy and getattr(engine, "fresh_outputs", False)
         self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
         self.render_mode = None
         self._renderer: Any = None
@@ -151,15 +155,20 @@ class NativeVectorEnv(VectorEnv):
         self._check_open()
         if not self._has_reset:
             raise RuntimeError("call reset() before step()")
-        ended = self.engine.step(actions)
+        e = self.engine
+        if self._fresh:  # the engine writes this step into new arrays: they are the copies
+            ended = e.step(actions, fresh=True)
+            obs, rewards, terminated, truncated = e.obs, e.rewards, e.terminated, e.truncated
+        else:
+            ended = e.step(actions)
+            obs, rewards = self._out(e.obs), self._out(e.rewards)
+            terminated, truncated = self._out(e.terminated), self._out(e.truncated)
         info: dict[str, Any] = self._state_info() if self.native_spec.info_columns else {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
-            mask = self.engine.ended_mask()
-            info.update({"final_obs": self._out(self.engine.final_obs), "_final_obs": mask,
+            mask = e.ended_mask()
+            info.update({"final_obs": self._out(e.final_obs), "_final_obs": mask,
                          "final_info": {}, "_final_info": mask})
-        e = self.engine
-        return (self._out(e.obs), self._out(e.rewards), self._out(e.terminated),
-                self._out(e.truncated), info)
+        return obs, rewards, terminated, truncated, info
 
     def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
         """Every env's frame (RGB array), as Gymnasium's ``SyncVectorEnv.render``; drawn by
