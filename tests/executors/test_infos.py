@@ -383,3 +383,51 @@ def test_a_lost_worker_with_an_info_segment() -> None:
     assert inner._info_state.tolist() == [2, 1]
     env.close()
     assert_nothing_left(sorted(pids), names)
+
+
+class CountingInfoEnv(gym.Env):
+    """Infos of one stable layout (its step count and index); its process is killed at step
+    ``die_at``."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, index: int, die_at: int | None = None) -> None:
+        self.index, self.die_at, self.t = index, die_at, 0
+        self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return np.zeros(1), 0.0, False, False, {"t": self.t, "i": np.int32(self.index)}
+
+
+def test_infos_after_a_restarted_worker_makes_a_segment_of_the_same_number() -> None:
+    """The parent's merge plan over the workers' info segments (made once per set of segment
+    numbers) is made again when a lost worker's new process counts its segments from 1 again:
+    the new worker's infos are this batch's, never read from its old segment's mapping."""
+    factories = [functools.partial(CountingInfoEnv, i, die_at=5 if i == 3 else None)
+                 for i in range(4)]
+    env = envfleet.make(factories, 4, backend="pool", num_workers=2, restart_failed=True)
+    inner = env.unwrapped
+    try:
+        env.reset(seed=0)
+        for step in range(1, 11):  # (env 3's new self would die at step 11)
+            info = env.step(np.zeros(4, dtype=np.int64))[4]
+            if step < 5:
+                assert info["t"].tolist() == [step] * 4
+                before = inner._info_plan[1] if step == 4 else None  # (both segments 1)
+            elif step > 6:  # worker 1's envs: new at step 5, reset at 6, stepped from 7 on
+                assert info["t"].tolist() == [step, step, step - 6, step - 6], step
+                assert info["i"].tolist() == [0, 1, 2, 3]
+        assert inner._info_state.tolist() == [1, 1]  # (the same numbers as before the loss)
+        # the old plan read the lost worker's unmapped segment (its address may be reused)
+        assert inner._info_plan[1] is not before
+    finally:
+        env.close()

@@ -44,7 +44,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
-from envfleet.executors.infos import InfoParts, attach_infos, entries
+from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
@@ -265,6 +265,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._info_state = None  # (the same: shared memory only)
         # per worker: (its info segment's number, the segment, its tree of arrays)
         self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
+        self._info_plan: tuple[tuple[int, ...], ConcatPlan | None] | None = None
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
@@ -506,7 +507,18 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
+        if len(infos) == len(self._workers) and all(
+                state is not None and state[w.index] and reply[:1] == protocol.OK
+                for w, reply in zip(workers, replies, strict=True)):
+            infos.plan = self._plan(infos)  # (every worker's infos in its segment, only)
         return infos, finals
+
+    def _plan(self, infos: InfoParts) -> ConcatPlan | None:
+        """The merge plan of the workers' info segments (made again when one changes)."""
+        key = tuple(self._info_state[w.index] for w in self._workers)
+        if self._info_plan is None or self._info_plan[0] != key:
+            self._info_plan = (key, ConcatPlan.of([tree for _, tree in infos]))
+        return self._info_plan[1]
 
     def _shared_infos(self, w: Worker) -> dict:
         """The tree of worker ``w``'s step infos in its info segment (attached on first sight
@@ -524,6 +536,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _drop_infos(self, index: int, lost: bool = False) -> None:
         """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
         ``lost``, also the one it may have made last without the parent seeing it used."""
+        self._info_plan = None  # (it holds the segments' arrays; a new worker counts from 1)
         known = self._info_trees.pop(index, None)
         if known is not None:
             shared = known[1]
@@ -754,6 +767,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _shutdown(self) -> None:
         """Stop every worker and release every shared resource (idempotent)."""
         self._lock = None  # the named semaphore is unlinked with its last reference
+        self._info_plan = None  # (it holds views of the info segments)
         self._finalizer()
 
     def _close_executor(self) -> None:
