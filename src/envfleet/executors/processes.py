@@ -55,6 +55,8 @@ MIN_START_TIMEOUT = 60.0
 CLOSE_GRACE = 1.0
 #: the stand-in result of a worker lost (and started again) during a batch
 LOST = b"X"
+#: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
+STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
 #: room for the name of a worker's info segment (``worker.InfoPublisher``)
 INFO_NAME_BYTES = 64
 
@@ -389,10 +391,15 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 self._shutdown()
             raise failure_error(index, what, error_type, text, tb)
 
-    def _send(self, w: Worker, message: bytes, phase: str) -> bool:
-        """Send ``message`` to ``w``; False if ``w`` was found dead (and restarted)."""
+    def _send(self, w: Worker, message: bytes, phase: str, framed: bool = False) -> bool:
+        """Send ``message`` to ``w`` (``framed``: already framed as ``Connection.send_bytes``
+        frames it, one ``write``: the step command, every batch); False if ``w`` was found dead
+        (and restarted)."""
         try:
-            w.conn.send_bytes(message)
+            if framed:  # (a few bytes: a pipe writes them whole)
+                os.write(w.conn.fileno(), message)
+            else:
+                w.conn.send_bytes(message)
             return True
         except OSError:  # the worker is gone (its end of the pipe closed)
             w.process.join(0.5)
@@ -587,9 +594,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if self.shared_memory:
             self._sync[1] = len(self._workers)
         for w in self._workers:
-            self._send(w, protocol.STEP + (pickle.dumps(
+            if not self._piped_actions:  # (the actions are in the shared buffers)
+                self._send(w, STEP_FRAME, "step", framed=True)
+                continue
+            self._send(w, protocol.STEP + pickle.dumps(
                 {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
-                protocol=pickle.HIGHEST_PROTOCOL) if self._piped_actions else b""), "step")
+                protocol=pickle.HIGHEST_PROTOCOL), "step")
         infos, finals = self._exchange(self._workers, "step")
         if self._lost:  # their envs' episodes end here, truncated
             a = self.arrays
@@ -690,10 +700,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                     break  # a worker was restarted (its fd may be reused): poll again
             if finished:
                 break
-        # results were written before their workers counted themselves finished
-        for fd, _ in self._poller.poll(0):
-            if fd != done_fd:
-                self._read_result(self._by_fd[fd], phase, replies, said)
+        # results were written before their workers counted themselves finished (and said so)
+        flags = self._finished
+        for w in workers:
+            if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
+                self._read_result(w, phase, replies, said)
         for index in self._lost:
             replies[index] = LOST
         ordered = [replies[w.index] for w in workers]

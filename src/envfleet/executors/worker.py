@@ -24,10 +24,12 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
   when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
-  counter (under a lock) and the last one to finish writes the batch's number (``sync[2]``, 8
-  bytes) to the parent's one ``done`` pipe (a number, so that a late wake-up from an earlier
-  batch is never taken for this one's). A batch without infos costs one byte to each worker
-  and one 8-byte message back, and wakes the parent once: nothing is pickled on that path.
+  counter (under a lock; its ``finished`` flag says whether it sent a result, so the parent
+  reads only those pipes) and the last one to finish writes the batch's number (``sync[2]``,
+  8 bytes) to the parent's one ``done`` pipe (a number, so that a late wake-up from an
+  earlier batch is never taken for this one's). A batch without infos costs one byte to each
+  worker and one 8-byte message back, and wakes the parent once: nothing is pickled on that
+  path.
 
 A worker exits when the parent's end of its pipe closes (the parent died), when a watchdog
 thread sees the parent process gone (an env stuck in a long call), or on ``b"c"``.
@@ -53,6 +55,9 @@ from envfleet.executors.infos import batch, copy_tree, shared_infos, shared_tree
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 OK = b"k"
+#: a shared-memory worker's ``finished`` flag once it has finished its batch: without sending
+#: anything, or after sending its result through its pipe
+FINISHED, FINISHED_SENT = 1, 2
 INFO = b"i"
 ERROR = b"e"
 HELLO = b"o"
@@ -386,7 +391,9 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 conn.send_bytes(reply)
             with lock:
                 counter[0] += 1
-                finished[slot] = 1  # (a restart must not count this worker out twice)
+                # (a restart must not count this worker out twice; the parent reads the pipes
+                # of the workers that sent something)
+                finished[slot] = FINISHED if reply == OK else FINISHED_SENT
                 last = counter[0] == counter[1]
                 batch = int(counter[2])
             if last:
