@@ -4,9 +4,11 @@ envfleet pool (2 workers) and, when installed, PufferLib's Multiprocessing vecto
 alternating rounds on each env; the median round's steps/s and each round's ratio to Sync.
 
     .venv/bin/python scripts/bench_pool.py [--rounds 6] [--seconds 1.5] [--out docs/bench]
+        [--only HumanoidStandup-v5:8 CartPole-v1:128]
 
 Random actions (8 pre-drawn batches, cycled); every contender steps the same Gymnasium envs.
-Writes pool.json and prints a Markdown table. Not a test.
+Writes pool.json and prints a Markdown table (with the pool parent's CPU time per batch, which
+load disturbs less than the rates, and the load average). Not a test.
 """
 
 from __future__ import annotations
@@ -63,20 +65,23 @@ def measure(env_id: str, n: int, rounds: int, seconds: float) -> dict[str, Any]:
     actions = [space.sample() for _ in range(8)]
     runners = contenders(env_id, n, actions)
     rates: dict[str, list[float]] = {name: [] for name in runners}
+    # this process's CPU per batch: the pool's parent (less sensitive to load than its rate)
+    cpu: dict[str, list[float]] = {name: [] for name in runners}
     load = os.getloadavg()[0]
     for r in range(rounds):
         for name in (list(runners) if r % 2 == 0 else list(reversed(runners))):
-            step, calls, t0 = runners[name][0], 0, time.perf_counter()
+            step, calls, t0, c0 = runners[name][0], 0, time.perf_counter(), time.process_time()
             while (elapsed := time.perf_counter() - t0) < seconds or calls < 3:
                 step(calls)
                 calls += 1
             rates[name].append(n * calls / elapsed)
+            cpu[name].append(1e6 * (time.process_time() - c0) / calls)
     for _, close in runners.values():
         close()
     ratios = {name: [a / b for a, b in zip(rs, rates["sync"], strict=True)]
               for name, rs in rates.items() if name != "sync"}
     return {"env": env_id, "num_envs": n, "steps_per_s": rates, "ratio_to_sync": ratios,
-            "load_average": [load, os.getloadavg()[0]]}
+            "parent_cpu_us_per_batch": cpu, "load_average": [load, os.getloadavg()[0]]}
 
 
 def main() -> None:
@@ -84,11 +89,16 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6)
     parser.add_argument("--seconds", type=float, default=1.5)
     parser.add_argument("--out", default="docs/bench")
+    parser.add_argument("--only", nargs="*", default=None,
+                        help="cases to run, as ENV_ID:NUM_ENVS (default: all)")
     args = parser.parse_args()
     rows = []
-    print("| env | num_envs | Sync | pool | pool / Sync (rounds) | PufferLib / Sync | target |")
-    print("|:---|---:|---:|---:|:---|---:|---:|")
+    print("| env | num_envs | Sync | pool | pool / Sync (rounds) | PufferLib / Sync | target | "
+          "pool parent CPU / batch | load |")
+    print("|:---|---:|---:|---:|:---|---:|---:|---:|---:|")
     for env_id, n, target in CASES:
+        if args.only is not None and f"{env_id}:{n}" not in args.only:
+            continue
         try:
             row = measure(env_id, n, args.rounds, args.seconds)
         except Exception as error:  # an env whose package is missing
@@ -101,8 +111,9 @@ def main() -> None:
         puffer = row["ratio_to_sync"].get("pufferlib")
         print(f"| {env_id} | {n} | {med['sync']:,.0f} | {med['pool']:,.0f} | "
               f"**{statistics.median(pool):.2f}x** ({' '.join(f'{x:.2f}' for x in pool)}) | "
-              f"{f'{statistics.median(puffer):.2f}x' if puffer else '-'} | {target}x |",
-              flush=True)
+              f"{f'{statistics.median(puffer):.2f}x' if puffer else '-'} | {target}x | "
+              f"{statistics.median(row['parent_cpu_us_per_batch']['pool']):,.0f} µs | "
+              f"{row['load_average'][0]:.2f}-{row['load_average'][1]:.2f} |", flush=True)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     (out / "pool.json").write_text(json.dumps(

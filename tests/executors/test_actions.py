@@ -4,10 +4,15 @@ bool Box actions) goes to the envs here too."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
+from gymnasium import spaces
+from gymnasium.vector.utils import batch_space
 
 import envfleet
+from envfleet.executors.actions import check_actions
 from tests.executors.envs import DictEnv, TupleEnv
 from tests.executors.helpers import BACKENDS
 
@@ -182,3 +187,18 @@ def test_dict_actions(backend) -> None:
         env.step([good] * 3)
     env.step(good)
     env.close()
+
+
+def test_float_box_batch_too_large_for_its_dtype_is_refused_without_a_warning() -> None:
+    """A float64 batch for a float32 Box whose value overflows float32 names its env (the fast
+    path for float Box batches casts quietly and leaves the refusal to the careful path)."""
+    space = spaces.Box(-1.0, 1.0, (2,), np.float32)
+    batched = batch_space(space, 3)
+    good = np.zeros((3, 2))
+    assert check_actions(space, batched, good, 3).dtype == np.float32
+    bad = np.zeros((3, 2))
+    bad[1, 0] = 1e300
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        with pytest.raises(ValueError, match="env 1"):
+            check_actions(space, batched, bad, 3)

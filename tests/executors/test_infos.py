@@ -383,3 +383,149 @@ def test_a_lost_worker_with_an_info_segment() -> None:
     assert inner._info_state.tolist() == [2, 1]
     env.close()
     assert_nothing_left(sorted(pids), names)
+
+
+class CountingInfoEnv(gym.Env):
+    """Infos of one stable layout (its step count and index); its process is killed at step
+    ``die_at``."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, index: int, die_at: int | None = None) -> None:
+        self.index, self.die_at, self.t = index, die_at, 0
+        self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action):
+        self.t += 1
+        if self.t == self.die_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return np.zeros(1), 0.0, False, False, {"t": self.t, "i": np.int32(self.index)}
+
+
+def test_infos_after_a_restarted_worker_makes_a_segment_of_the_same_number() -> None:
+    """The parent's merge plan over the workers' info segments (made once per set of segment
+    numbers) is made again when a lost worker's new process counts its segments from 1 again:
+    the new worker's infos are this batch's, never read from its old segment's mapping."""
+    factories = [functools.partial(CountingInfoEnv, i, die_at=5 if i == 3 else None)
+                 for i in range(4)]
+    env = envfleet.make(factories, 4, backend="pool", num_workers=2, restart_failed=True)
+    inner = env.unwrapped
+    try:
+        env.reset(seed=0)
+        for step in range(1, 11):  # (env 3's new self would die at step 11)
+            info = env.step(np.zeros(4, dtype=np.int64))[4]
+            if step < 5:
+                assert info["t"].tolist() == [step] * 4
+                before = inner._info_plan[1] if step == 4 else None  # (both segments 1)
+            elif step > 6:  # worker 1's envs: new at step 5, reset at 6, stepped from 7 on
+                assert info["t"].tolist() == [step, step, step - 6, step - 6], step
+                assert info["i"].tolist() == [0, 1, 2, 3]
+        assert inner._info_state.tolist() == [1, 1]  # (the same numbers as before the loss)
+        # the old plan read the lost worker's unmapped segment (its address may be reused)
+        assert inner._info_plan[1] is not before
+    finally:
+        env.close()
+
+
+class FlatInfoEnv(gym.Env):
+    """A flat info layout (a Python int, a NumPy float32, an int16 array) that some env breaks
+    for one step at a time: a float for the int (t = 4), the keys in another order (t = 5), a
+    key missing (t = 6), a bool for the int (t = 7), an array of another dtype (t = 8), no
+    info at all (t = 9); the layout holds again from t = 10."""
+
+    metadata: ClassVar[dict] = {"render_modes": []}
+
+    def __init__(self, index: int) -> None:
+        self.index, self.t = index, 0
+        self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
+        self.action_space = spaces.Discrete(2)
+
+    def reset(self, *, seed: int | None = None, options: dict | None = None):
+        super().reset(seed=seed)
+        self.t = 0
+        return np.zeros(1), {}
+
+    def step(self, action):
+        self.t += 1
+        i, t = self.index, self.t
+        info: dict[str, Any] = {"a": 10 * t + i, "b": np.float32(t / 4),
+                                "v": np.full(2, t + i, np.int16)}
+        if (t, i) == (4, 1):
+            info["a"] = 0.5
+        elif (t, i) == (5, 2):
+            info = {"b": info["b"], "a": info["a"], "v": info["v"]}
+        elif (t, i) == (6, 0):
+            del info["b"]
+        elif (t, i) == (7, 3):
+            info["a"] = True
+        elif (t, i) == (8, 1):
+            info["v"] = np.full(2, 7, np.int32)
+        elif (t, i) == (9, 2):
+            info = {}
+        return np.zeros(1), 0.0, False, False, info
+
+
+def test_a_flat_layout_written_straight_into_the_segment_falls_back_when_broken() -> None:
+    """A worker writes a flat info layout's values straight into its segment (no tree) while
+    every env gives exactly that layout; any env breaking it for a step (a type, the key order,
+    a missing key or info, a dtype) sends that batch the careful way: always SyncVectorEnv's."""
+    factories = [functools.partial(FlatInfoEnv, i) for i in range(4)]
+    reference_env = gym.vector.SyncVectorEnv(factories)
+    env = envfleet.make(factories, 4, backend="pool", num_workers=2)
+    inner = env.unwrapped
+    try:
+        reference_env.reset(seed=0)
+        env.reset(seed=0)
+        used = []
+        for t in range(1, 13):
+            want = reference_env.step(np.zeros(4, dtype=np.int64))[4]
+            got = env.step(np.zeros(4, dtype=np.int64))[4]
+            assert_same_infos(want, got, f"step {t}")
+            used.append(inner._info_state.tolist())
+        # worker 0: envs 0, 1; worker 1: envs 2, 3 (a broken step of one worker's env sends
+        # that worker's infos by pipe; the other worker's stay in its segment)
+        assert used[:3] == [[0, 0], [1, 1], [1, 1]]
+        # (t = 9: env 2 without info leaves worker 1's layout as it was, its masks change)
+        assert used[3:9] == [[0, 1], [1, 0], [0, 1], [1, 0], [0, 1], [1, 1]]
+        assert used[9:] == [[1, 1]] * 3
+    finally:
+        env.close()
+        reference_env.close()
+
+
+def test_the_publisher_fills_its_segment_as_it_would_copy_the_tree() -> None:
+    """``InfoPublisher.fill`` (a flat layout written straight into the segment) leaves the
+    segment as ``publish`` leaves it with the batched tree, and refuses any other layout."""
+    from envfleet.executors.worker import InfoPublisher
+
+    def items(t: int, **change: Any) -> list:
+        return [(3 + j, {"a": 10 * t + j, "b": np.float32(t), "v": np.full(2, t, np.int16),
+                         **(change if j == 1 else {})}) for j in range(2)]
+
+    state, names = np.zeros(1, np.int64), np.zeros((1, 64), np.uint8)
+    publisher = InfoPublisher(2, state, names, 0)
+    try:
+        for t in (1, 2):
+            assert publisher.publish(batched.batch(items(t), 2, 3)) == (t == 2)
+        for t in (3, 4):
+            assert publisher.fill(items(t))
+            want = batched.batch(items(t), 2, 3)
+            for key, (values, mask, _, _) in want.items():
+                np.testing.assert_array_equal(publisher.tree[key][0], values)
+                np.testing.assert_array_equal(publisher.tree[key][1], mask)
+        assert state[0] == 1
+        for broken in ({"a": 1.5}, {"a": True}, {"b": 1.0}, {"v": np.zeros(2, np.int32)},
+                       {"v": np.zeros(3, np.int16)}, {"c": 1}):
+            assert not publisher.fill(items(5, **broken)), broken
+        assert not publisher.fill(items(5)[:1])  # (an env without info)
+        assert not publisher.fill([items(5)[1], items(5)[0]])  # (not in env order)
+        assert not publisher.fill([(3, {"b": np.float32(1), "a": 1, "v": np.zeros(2, np.int16)}),
+                                   items(5)[1]])  # (another key order)
+    finally:
+        publisher.close(unlink=True)

@@ -158,6 +158,16 @@ def check_actions(space: spaces.Space, batched_space: spaces.Space, actions: Any
         lo = int(space.start)
         if int(actions.min()) >= lo and int(actions.max()) < lo + int(space.n):
             return actions if actions.dtype == space.dtype else actions.astype(space.dtype)
+    if type(space) is spaces.Box and space.dtype.kind == "f" and type(actions) is np.ndarray \
+            and actions.dtype.kind == "f" and actions.shape == (num_envs, *space.shape) \
+            and (needs_reset is None or not needs_reset.any()):
+        # a float Box batch of the right shape (MuJoCo, Box2D): one finiteness reduction
+        out = actions
+        if actions.dtype != space.dtype:
+            with np.errstate(over="ignore"):  # (a value too large for the dtype: refused below)
+                out = actions.astype(space.dtype)
+        if np.isfinite(out).all():
+            return out
     out, bad, message = _check(space, actions, num_envs)
     if needs_reset is not None and needs_reset.any():
         first_pending = int(np.flatnonzero(needs_reset)[0])

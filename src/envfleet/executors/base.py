@@ -262,8 +262,11 @@ class ExecutorVectorEnv(VectorEnv):
                 infos["final_info"] = add_infos(self, {}, final_infos)
                 infos["_final_info"] = ended.copy()
         infos = add_infos(self, infos, step_infos)
-        return (self._out(self._obs), self._out(a["rewards"]), self._out(terminated),
-                self._out(truncated), infos)
+        if not self.copy:
+            return self._out(self._obs), a["rewards"], terminated, truncated, infos
+        # (rewards and flags are plain arrays: copied directly)
+        return self._out(self._obs), a["rewards"].copy(), terminated.copy(), truncated.copy(), \
+            infos
 
     @property
     def np_random_seed(self) -> tuple[int, ...]:

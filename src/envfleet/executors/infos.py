@@ -44,7 +44,10 @@ Part = tuple[slice | np.ndarray | None, Any]
 
 
 class InfoParts(list):
-    """A batch's infos as parts (``Part``), in the order Gymnasium would add them."""
+    """A batch's infos as parts (``Part``), in the order Gymnasium would add them; ``plan``
+    (a ``ConcatPlan`` of exactly these parts, or None) merges them without any checks."""
+
+    plan: ConcatPlan | None = None
 
 
 class Irregular(Exception):
@@ -198,6 +201,9 @@ def merge(parts: list[Part], num_envs: int,
           into: dict[str, Any] | None = None) -> dict[str, Any]:
     """The batched infos of ``parts`` (as ``_add_info`` gives them, env after env, in order),
     added to ``into`` (a new dict when None)."""
+    plan = getattr(parts, "plan", None)
+    if plan is not None and not into:
+        return plan.run()
     into = {} if into is None else into
     trees: list[tuple[Any, dict]] = []
     for rows, part in parts:
@@ -407,3 +413,38 @@ def copy_tree(src: dict[Any, tuple], dst: dict[Any, tuple]) -> None:
         else:
             target[0][...] = entry[0]
         target[1][...] = entry[1]
+
+
+class ConcatPlan:
+    """The merge of trees that tile the envs in order and share one layout (each worker's info
+    segment, while its layout holds): every key is the concatenation of the trees' arrays,
+    which is what ``_merge`` gives for them, worked out once instead of every batch."""
+
+    def __init__(self, steps: list[tuple[Any, list[np.ndarray], list[np.ndarray],
+                                         ConcatPlan | None]]) -> None:
+        self.steps = steps  # (key, its values arrays or [], its mask arrays, a nested plan)
+
+    @classmethod
+    def of(cls, trees: list[dict[Any, tuple]]) -> ConcatPlan | None:
+        """The plan for ``trees`` (in row order, tiling the envs), or None when their layouts
+        (``signature``) differ or cannot be concatenated."""
+        sig = signature(trees[0])
+        if sig is None or any(signature(t) != sig for t in trees[1:]):
+            return None
+        steps = []
+        for key, entry in trees[0].items():
+            entries_ = [t[key] for t in trees]
+            masks = [e[1] for e in entries_]
+            if len(entry) == 2:
+                steps.append((key, [], masks, cls.of([e[0] for e in entries_])))
+            else:
+                steps.append((key, [e[0] for e in entries_], masks, None))
+        return cls(steps)
+
+    def run(self) -> dict[str, Any]:
+        """This batch's merged infos (new arrays: the trees are overwritten next batch)."""
+        out: dict[str, Any] = {}
+        for key, values, masks, sub in self.steps:
+            out[key] = np.concatenate(values) if sub is None else sub.run()
+            out[f"_{key}"] = np.concatenate(masks)
+        return out

@@ -44,7 +44,7 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.group import FAILURE_KEY, Infos
-from envfleet.executors.infos import InfoParts, attach_infos, entries
+from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
 from envfleet.machine import usable_core_ids
@@ -55,6 +55,8 @@ MIN_START_TIMEOUT = 60.0
 CLOSE_GRACE = 1.0
 #: the stand-in result of a worker lost (and started again) during a batch
 LOST = b"X"
+#: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
+STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
 #: room for the name of a worker's info segment (``worker.InfoPublisher``)
 INFO_NAME_BYTES = 64
 
@@ -265,6 +267,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         self._info_state = None  # (the same: shared memory only)
         # per worker: (its info segment's number, the segment, its tree of arrays)
         self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
+        self._info_plan: tuple[tuple[int, ...], ConcatPlan | None] | None = None
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
@@ -388,10 +391,15 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 self._shutdown()
             raise failure_error(index, what, error_type, text, tb)
 
-    def _send(self, w: Worker, message: bytes, phase: str) -> bool:
-        """Send ``message`` to ``w``; False if ``w`` was found dead (and restarted)."""
+    def _send(self, w: Worker, message: bytes, phase: str, framed: bool = False) -> bool:
+        """Send ``message`` to ``w`` (``framed``: already framed as ``Connection.send_bytes``
+        frames it, one ``write``: the step command, every batch); False if ``w`` was found dead
+        (and restarted)."""
         try:
-            w.conn.send_bytes(message)
+            if framed:  # (a few bytes: a pipe writes them whole)
+                os.write(w.conn.fileno(), message)
+            else:
+                w.conn.send_bytes(message)
             return True
         except OSError:  # the worker is gone (its end of the pipe closed)
             w.process.join(0.5)
@@ -506,7 +514,18 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
+        if len(infos) == len(self._workers) and all(
+                state is not None and state[w.index] and reply[:1] == protocol.OK
+                for w, reply in zip(workers, replies, strict=True)):
+            infos.plan = self._plan(infos)  # (every worker's infos in its segment, only)
         return infos, finals
+
+    def _plan(self, infos: InfoParts) -> ConcatPlan | None:
+        """The merge plan of the workers' info segments (made again when one changes)."""
+        key = tuple(self._info_state[w.index] for w in self._workers)
+        if self._info_plan is None or self._info_plan[0] != key:
+            self._info_plan = (key, ConcatPlan.of([tree for _, tree in infos]))
+        return self._info_plan[1]
 
     def _shared_infos(self, w: Worker) -> dict:
         """The tree of worker ``w``'s step infos in its info segment (attached on first sight
@@ -524,6 +543,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _drop_infos(self, index: int, lost: bool = False) -> None:
         """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
         ``lost``, also the one it may have made last without the parent seeing it used."""
+        self._info_plan = None  # (it holds the segments' arrays; a new worker counts from 1)
         known = self._info_trees.pop(index, None)
         if known is not None:
             shared = known[1]
@@ -574,9 +594,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if self.shared_memory:
             self._sync[1] = len(self._workers)
         for w in self._workers:
-            self._send(w, protocol.STEP + (pickle.dumps(
+            if not self._piped_actions:  # (the actions are in the shared buffers)
+                self._send(w, STEP_FRAME, "step", framed=True)
+                continue
+            self._send(w, protocol.STEP + pickle.dumps(
                 {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
-                protocol=pickle.HIGHEST_PROTOCOL) if self._piped_actions else b""), "step")
+                protocol=pickle.HIGHEST_PROTOCOL), "step")
         infos, finals = self._exchange(self._workers, "step")
         if self._lost:  # their envs' episodes end here, truncated
             a = self.arrays
@@ -677,10 +700,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                     break  # a worker was restarted (its fd may be reused): poll again
             if finished:
                 break
-        # results were written before their workers counted themselves finished
-        for fd, _ in self._poller.poll(0):
-            if fd != done_fd:
-                self._read_result(self._by_fd[fd], phase, replies, said)
+        # results were written before their workers counted themselves finished (and said so)
+        flags = self._finished
+        for w in workers:
+            if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
+                self._read_result(w, phase, replies, said)
         for index in self._lost:
             replies[index] = LOST
         ordered = [replies[w.index] for w in workers]
@@ -754,6 +778,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
     def _shutdown(self) -> None:
         """Stop every worker and release every shared resource (idempotent)."""
         self._lock = None  # the named semaphore is unlinked with its last reference
+        self._info_plan = None  # (it holds views of the info segments)
         self._finalizer()
 
     def _close_executor(self) -> None:

@@ -24,10 +24,12 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
   ``b"e" + pickle((env index, phase, error type, message, traceback text))``.
   Pipe transport: one result per command. Shared memory: a result goes through the pipe only
   when it is not ``b"k"``; then the worker counts itself finished in the shared ``sync``
-  counter (under a lock) and the last one to finish writes the batch's number (``sync[2]``, 8
-  bytes) to the parent's one ``done`` pipe (a number, so that a late wake-up from an earlier
-  batch is never taken for this one's). A batch without infos costs one byte to each worker
-  and one 8-byte message back, and wakes the parent once: nothing is pickled on that path.
+  counter (under a lock; its ``finished`` flag says whether it sent a result, so the parent
+  reads only those pipes) and the last one to finish writes the batch's number (``sync[2]``,
+  8 bytes) to the parent's one ``done`` pipe (a number, so that a late wake-up from an
+  earlier batch is never taken for this one's). A batch without infos costs one byte to each
+  worker and one 8-byte message back, and wakes the parent once: nothing is pickled on that
+  path.
 
 A worker exits when the parent's end of its pipe closes (the parent died), when a watchdog
 thread sees the parent process gone (an env stuck in a long call), or on ``b"c"``.
@@ -53,6 +55,9 @@ from envfleet.executors.infos import batch, copy_tree, shared_infos, shared_tree
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 OK = b"k"
+#: a shared-memory worker's ``finished`` flag once it has finished its batch: without sending
+#: anything, or after sending its result through its pipe
+FINISHED, FINISHED_SENT = 1, 2
 INFO = b"i"
 ERROR = b"e"
 HELLO = b"o"
@@ -142,6 +147,10 @@ class InfoPublisher:
         self.sig: tuple | None = None  # the segment's layout
         self.shared: SharedBuffers | None = None
         self.tree: dict | None = None  # the segment's arrays, as a tree
+        # a flat layout's keys and (values array, kind, type or (dtype, shape)) per leaf, for
+        # ``fill``; None when the layout nests dicts
+        self.fast: tuple[tuple, list] | None = None
+        self.masks: list[np.ndarray] = []
         self.made = 0
 
     def publish(self, tree: Any) -> bool:
@@ -154,6 +163,8 @@ class InfoPublisher:
             self.shared = shared_infos(sig, self.count)
             self.tree = shared_tree(sig, self.shared.arrays)
             self.sig = sig
+            self.fast = _flat_leaves(tree, self.tree)
+            self.masks = [entry[1] for entry in self.tree.values()]
             self.made += 1
             self.names[self.slot] = 0
             name = self.shared.name.encode()
@@ -165,19 +176,63 @@ class InfoPublisher:
         self.state[self.slot] = self.made
         return True
 
+    def fill(self, items: list) -> bool:
+        """Write this batch's (env index, info) ``items`` straight into the segment when every
+        env gave the segment's flat layout exactly (the same keys in order, each value of the
+        type, dtype and shape its leaf holds): the tree ``publish`` would copy, without
+        building it (True); else nothing is published and the caller batches them."""
+        fast = self.fast
+        if fast is None or len(items) != self.count:
+            return False
+        keys, leaves = fast
+        first = items[0][0]
+        try:
+            for j, (i, info) in enumerate(items):
+                if i != first + j or tuple(info) != keys:
+                    return False
+                for value, (values, kind, sig) in zip(info.values(), leaves, strict=True):
+                    if kind == "a":
+                        if type(value) is not np.ndarray or value.dtype != sig[0] \
+                                or value.shape != sig[1]:
+                            return False
+                    elif type(value) is not sig:
+                        return False
+                    values[j] = value
+        except Exception:  # (an int beyond int64...: the careful path decides)
+            return False
+        for mask in self.masks:
+            mask[:] = True
+        self.last = self.sig
+        self.state[self.slot] = self.made
+        return True
+
     def clear(self) -> None:
         """This batch has no infos in the segment."""
         self.state[self.slot] = 0
 
     def close(self, unlink: bool = False) -> None:
         """Unmap the segment (and remove its name: a new one replaces it)."""
-        self.tree = None
+        self.tree = self.fast = None
+        self.masks = []
         if self.shared is not None:
             self.shared.close()
             if unlink:
                 self.shared.owner = True
                 self.shared.unlink()
             self.shared = None
+
+
+def _flat_leaves(tree: dict, shared: dict) -> tuple[tuple, list] | None:
+    """``InfoPublisher.fast`` for a batch's ``tree`` and the segment's ``shared`` tree of the
+    same layout: None when a key holds a nested dict."""
+    if any(len(entry) == 2 for entry in tree.values()):
+        return None
+    leaves = []
+    for key, (values, _, kind, _) in tree.items():
+        sig = (values.dtype, values.shape[1:]) if kind == "a" else values.dtype.type \
+            if kind == "s" else type(values[0].item())
+        leaves.append((shared[key][0], kind, sig))
+    return tuple(tree), leaves
 
 
 def _info_reply(infos: Any, finals: Any, outputs: dict | None, given: list,
@@ -365,7 +420,12 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                     return
                 else:
                     raise RuntimeError(f"unknown command {command!r}")
-                if command in (STEP, RESET):
+                if command == STEP and publisher is not None and infos \
+                        and publisher.fill(infos):  # (the infos are in the segment)
+                    if finals or outputs is not None:
+                        reply = _info_reply(None, _batched(finals, count, first), outputs,
+                                            finals, first)
+                elif command in (STEP, RESET):
                     tree = _batched(infos, count, first)
                     if publisher is not None:
                         if command == STEP and publisher.publish(tree):
@@ -386,7 +446,9 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
                 conn.send_bytes(reply)
             with lock:
                 counter[0] += 1
-                finished[slot] = 1  # (a restart must not count this worker out twice)
+                # (a restart must not count this worker out twice; the parent reads the pipes
+                # of the workers that sent something)
+                finished[slot] = FINISHED if reply == OK else FINISHED_SENT
                 last = counter[0] == counter[1]
                 batch = int(counter[2])
             if last:
