@@ -357,6 +357,7 @@ def _reference_env(params: AcrobotParams) -> Any:
 
 
 SPEC = NativeEnvSpec(
+    writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="Acrobot-v1",
     observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
     action_space=spaces.Discrete(3),

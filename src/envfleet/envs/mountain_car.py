@@ -138,6 +138,7 @@ def _reference_env(params: MountainCarParams) -> Any:
 
 
 SPEC = NativeEnvSpec(
+    writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="MountainCar-v0",
     observation_space=spaces.Box(np.array([MIN_POSITION, -MAX_SPEED], dtype=np.float32),
                                  np.array([MAX_POSITION, MAX_SPEED], dtype=np.float32),

@@ -195,6 +195,7 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
 
 
 SPEC = NativeEnvSpec(
+    writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="MountainCarContinuous-v0",
     observation_space=spaces.Box(_LOW, _HIGH, dtype=np.float32),
     action_space=spaces.Box(-1.0, 1.0, (1,), dtype=np.float32),

@@ -142,6 +142,7 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
 
 
 SPEC = NativeEnvSpec(
+    writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="Pendulum-v1",
     observation_space=spaces.Box(-_HIGH, _HIGH, dtype=np.float32),
     action_space=spaces.Box(-2.0, 2.0, (1,), dtype=np.float32),
