@@ -131,6 +131,45 @@ def test_unused_files_are_pruned_and_loaded_files_kept(tmp_path):
     assert len(used) == 2, [p.name for p in kernels]
 
 
+#: steps CartPole-v1 in the modes named by MODES (one env each, in that order) and prints the
+#: SAME_STEP run's outputs
+MODES_SCRIPT = """
+import json, os
+import numpy as np
+import envfleet
+
+seen = {}
+for mode in os.environ["MODES"].split(","):
+    env = envfleet.make("CartPole-v1", 3, backend="numba", seed=0, autoreset_mode=mode,
+                        max_episode_steps=4)
+    env.reset(seed=1)
+    out = []
+    for t in range(10):
+        obs, rewards, terminated, truncated, info = env.step(np.array([t % 2, 1, 0]))
+        out.append([obs.tolist(), truncated.tolist(),
+                    np.asarray(info.get("_final_obs", [])).tolist()])
+    seen[mode] = out
+print(json.dumps(seen))
+"""
+
+
+def test_kernels_compiled_in_different_processes_load_side_by_side(tmp_path):
+    """Two processes that compile different kernels in the same order give their functions
+    the same internal names (numba numbers functions per process); a third process that
+    loads both must still run each one's own code (it ran NEXT_STEP's inner loop for
+    SAME_STEP's kernel before)."""
+    alone, _ = _run(MODES_SCRIPT, tmp_path / "same", MODES="SameStep")
+    _run(MODES_SCRIPT, tmp_path / "next", MODES="NextStep")
+    both = tmp_path / "both"
+    both.mkdir()
+    for part in ("same", "next"):
+        for path in (tmp_path / part).iterdir():
+            (both / path.name).write_bytes(path.read_bytes())
+    loaded, err = _run(MODES_SCRIPT, both, MODES="NextStep,SameStep")
+    assert NOTICE not in err, err  # every kernel came from the files
+    assert loaded["SameStep"] == alone["SameStep"]
+
+
 # --- a user's family in its own files, edited between processes ---------------------------
 
 HELPER = """

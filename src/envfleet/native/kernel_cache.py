@@ -27,9 +27,11 @@ import contextlib
 import enum
 import hashlib
 import io
+import itertools
 import os
 import pickle
 import re
+import secrets
 import sys
 import tempfile
 import time
@@ -41,16 +43,35 @@ from typing import Any
 import llvmlite
 import numba
 import numpy as np
-from numba.core import compiler, serialize, sigutils
+from numba.core import bytecode, compiler, serialize, sigutils
 from numba.core.caching import _Cache
 
 #: modules whose functions are not walked (their versions are part of every key)
 _LIBRARIES = ("numba", "numpy", "llvmlite", "math", "cmath", "builtins", "operator",
               "typing", "gymnasium")
-_VERSIONS = (numba.__version__, llvmlite.__version__, np.__version__, sys.version, sys.platform)
+#: the files' format: 2 since symbol names differ between processes (``_distinct_symbols``)
+_FORMAT = 2
+_VERSIONS = (_FORMAT, numba.__version__, llvmlite.__version__, np.__version__, sys.version,
+             sys.platform)
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: a cache file not loaded for this many days is deleted at the next save
 UNUSED_DAYS = 30
+
+
+def _distinct_symbols() -> None:
+    """Start numba's numbering of the functions it compiles at a random point in this process.
+
+    numba names each compiled function's symbol from its qualified name and a number counted
+    1, 2, ... per process. Two processes compiling different kernels in the same order (a
+    NEXT_STEP CartPole in one, a SAME_STEP one in the other) therefore give different code
+    the same symbol names, and a process loading both files linked the second kernel to the
+    first one's inner functions: wrong results, silently. Random starting points keep the
+    names of different processes apart (ranges of a few thousand in 2**48)."""
+    bytecode.FunctionIdentity._unique_ids = itertools.count(
+        secrets.randbits(48) + (1 << 48))
+
+
+_distinct_symbols()
 
 
 def cache_dir() -> Path | None:
