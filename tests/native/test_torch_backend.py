@@ -83,12 +83,13 @@ def policy(obs: np.ndarray, rng: np.random.Generator, noise: np.ndarray) -> np.n
 # --- (1) Gymnasium's CartPoleEnv, by state transplant -----------------------------------------
 
 
-@pytest.mark.parametrize(("steps", "limit", "options"), [
-    (2000, 500, {}),
-    (300, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
+@pytest.mark.parametrize(("n", "steps", "limit", "options"), [
+    (32, 2000, 500, {}),
+    (32, 300, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
+    (3, 3000, 500, {}),  # a few envs: CartPole steps them row by row on the host
+    (3, 1500, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
 ])
-def test_cartpole_matches_gymnasium(steps: int, limit: int, options: dict) -> None:
-    n = 32
+def test_cartpole_matches_gymnasium(n: int, steps: int, limit: int, options: dict) -> None:
     env = envfleet.make("CartPole-v1", n, backend="torch", seed=11, copy=False,
                         max_episode_steps=limit, **options)
     engine = env.engine

@@ -14,6 +14,8 @@ cores). So a torch form may run its arithmetic through NumPy views of CPU tensor
 
 from __future__ import annotations
 
+import weakref
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -59,6 +61,38 @@ def _host_tuple(values: tuple) -> tuple:
 _CACHED_SIZE = 1 << 14
 #: id(tuple) -> (the tuple, its NumPy views): the records an engine passes every step
 _VIEWS: dict[int, tuple[tuple, tuple]] = {}
+
+
+def takes_arrays(form: Callable) -> Callable:
+    """Mark a family's ``reset_torch`` / ``step_torch`` as taking NumPy arrays too: on the host
+    the torch engine then hands it NumPy views of its buffers, kept from step to step (no
+    ``host_arrays`` conversion per call)."""
+    form.takes_arrays = True
+    return form
+
+
+def kept(owner: Any, what: Any, make: Callable[[Any], Any]) -> Any:
+    """``make(owner)``, made once and kept while ``owner`` (an engine's buffer, the same array
+    every step) lives, without keeping it alive: views or work arrays a form needs each step."""
+    key = (id(owner), what)
+    entry = _KEPT.get(key)
+    if entry is not None and entry[0]() is owner:
+        return entry[1]
+    value = make(owner)
+    forget = lambda _, key=key, table=_KEPT: table.pop(key, None)  # noqa: E731
+    _KEPT[key] = (weakref.ref(owner, forget), value)
+    return value
+
+
+#: (id(owner), what) -> (a weak reference to the owner, what was made of it)
+_KEPT: dict[tuple, tuple[weakref.ref, Any]] = {}
+
+
+def scratch(owner: np.ndarray, rows: int, dtype: Any = np.float64) -> list[np.ndarray]:
+    """``rows`` work arrays of ``owner``'s length, kept with it (``kept``): a large batch's
+    temporaries cost a page fault per 4 KiB each time they are allocated, several times the
+    arithmetic on them."""
+    return kept(owner, (rows, dtype), lambda o: list(np.zeros((rows, len(o)), dtype=dtype)))
 
 
 def cos(x: Any) -> Any:
