@@ -284,13 +284,20 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
 _SCALAR_ROWS = 6
 
 
+def _shared_params(p: CartPoleParams) -> bool:
+    """Whether every env has the same physics (no per-env arrays: ``step_one`` can read ``p``;
+    ``masspole`` and ``masscart`` are in ``total_mass``, ``length`` in ``polemass_length``)."""
+    return all(isinstance(v, float) for v in (p.gravity, p.total_mass, p.polemass_length,
+                                              p.force_mag))
+
+
 def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.ndarray,
                rewards: np.ndarray, terminated: np.ndarray) -> None:
     """``step_torch`` on NumPy arrays: every op writes into the state or into work arrays kept
     with ``obs`` (no temporaries), each in Gymnasium's order. A few envs run ``step_one`` in
     Python instead (its NumPy scalars round as the arrays do): ~40 array calls cost ~30 us
     whatever the batch, a row ~4 us."""
-    if len(obs) <= _SCALAR_ROWS:
+    if len(obs) <= _SCALAR_ROWS and _shared_params(p):
         for i in range(len(obs)):
             step_one(i, state, p, actions, None, obs, rewards, terminated)
         return
