@@ -131,9 +131,10 @@ def assert_close_state(a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("n", [32, 5000])  # 5000: a batch large enough for libm's sincos
 @pytest.mark.parametrize("mode", MODES)
-def test_cartpole_same_trajectories_as_numba(mode: str) -> None:
-    n, limit, steps = 32, 20, 300
+def test_cartpole_same_trajectories_as_numba(mode: str, n: int) -> None:
+    limit, steps = 20, 300
     kwargs = {"autoreset_mode": mode, "max_episode_steps": limit, "seed": 2024}
     a = envfleet.make("CartPole-v1", n, backend="numba", **kwargs)
     b = envfleet.make("CartPole-v1", n, backend="torch", **kwargs)
@@ -611,12 +612,22 @@ def test_per_env_params_step_and_reset_as_numba(mode: str) -> None:
 
 
 def test_sin_cos_takes_libm_values() -> None:
-    """sin_cos of a CPU tensor: NumPy's (libm's) values, tensors in, tensors out."""
+    """sin_cos of a CPU tensor: NumPy's (libm's) values, tensors in, tensors out; of a large
+    array (libm's ``sincos``, one argument reduction for both), the same bits, written into
+    ``out``, over small, CartPole-sized, large and huge angles."""
     x = np.random.default_rng(0).uniform(-4, 4, 1000)
     s, c = tensor_math.sin_cos(torch.from_numpy(x))
     assert isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
     np.testing.assert_array_equal(s.numpy(), np.sin(x))
     np.testing.assert_array_equal(c.numpy(), np.cos(x))
+    rng = np.random.default_rng(1)
+    for scale in (1e-9, 0.25, 4.0, 1e3, 1e22):
+        x = rng.uniform(-scale, scale, 2 * tensor_math._SINCOS_MIN)
+        out = (np.empty_like(x), np.empty_like(x))
+        s, c = tensor_math.sin_cos(x, out=out)
+        assert s is out[0] and c is out[1]
+        np.testing.assert_array_equal(s.view(np.uint64), np.sin(x).view(np.uint64), err_msg=scale)
+        np.testing.assert_array_equal(c.view(np.uint64), np.cos(x).view(np.uint64), err_msg=scale)
 
 
 def test_per_env_params_move_to_the_device() -> None:

@@ -309,8 +309,7 @@ def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.nda
         np.take(_force_table(p.force_mag), actions, out=f, mode="clip")  # 0 or 1
     else:  # one per env
         np.copyto(f, np.where(actions == 1, p.force_mag, -p.force_mag))
-    np.sin(theta, out=s)
-    np.cos(theta, out=c)
+    tensor_math.sin_cos(theta, out=(s, c))
     # temp = (force + polemass_length * theta_dot ** 2 * sintheta) / total_mass
     np.multiply(theta_dot, theta_dot, out=temp)
     temp *= p.polemass_length
