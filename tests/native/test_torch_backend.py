@@ -21,6 +21,7 @@ from numba import njit
 
 import envfleet
 from envfleet.envs.cartpole import SPEC as CARTPOLE
+from envfleet.native import rng as rng_module
 from envfleet.native import tensor_math
 from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
 from envfleet.native.jit import kernel_function
@@ -543,6 +544,11 @@ def test_rng_torch_twin_is_bit_identical() -> None:
                                      for i in range(0, size, 97)])
             np.testing.assert_array_equal(batch[::97, k].numpy().view(np.uint64),
                                           expected.view(np.uint64))
+        # the host's two routes (NumPy ops for a few draws, a compiled loop for many) agree
+        arrays = (*(x.numpy() for x in rng_torch), count,
+                  *(b.numpy() if isinstance(b, torch.Tensor) else b for b in (low, high)))
+        np.testing.assert_array_equal(rng_module._uniforms_loop(*arrays).view(np.uint64),
+                                      rng_module._uniforms_numpy(*arrays).view(np.uint64))
 
 
 class OpCounter(TorchDispatchMode):
