@@ -338,6 +338,21 @@ def bad_discrete_batches(n: int) -> list[tuple[object, str]]:
     ]
 
 
+@pytest.mark.parametrize("bad", [-1, 2, -(2**62), 2**62])
+def test_out_of_range_actions_refused_in_a_larger_batch(bad: int) -> None:
+    """Past 8 envs the host checks the batch with reductions, not per value: still refused,
+    named, and nothing moves."""
+    n = 20
+    a, b = cartpole_engines(NEXT_STEP, n)
+    actions = np.ones(n, dtype=np.int64)
+    actions[13] = bad
+    before = snapshot(b)
+    message = refused_message(b, actions)
+    assert message == refused_message(a, actions)
+    assert re.search(rf"invalid action for env 13: {bad} is not in Discrete\(2\)", message)
+    assert_same_buffers(snapshot(b), before)
+
+
 @pytest.mark.parametrize("mode", [NEXT_STEP, SAME_STEP, DISABLED])
 def test_bad_discrete_actions_are_refused_and_change_nothing(mode: int) -> None:
     n = 8

@@ -445,6 +445,8 @@ class TorchEngine:
                 ok = bool(np.isfinite(values).all())
             elif values.size <= 8:  # a few: Python is quicker than two reductions
                 ok = all(self._low <= v < self._high for v in values.tolist())
+            elif self._low == 0:  # one reduction: a negative action reads as a huge uint64
+                ok = values.view(np.uint64).max() < self._high
             else:
                 ok = values.min() >= self._low and values.max() < self._high
             ok = ok and not (self.mode == DISABLED and self._maybe_pending
