@@ -311,14 +311,14 @@ def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.nda
         np.copyto(f, np.where(actions == 1, p.force_mag, -p.force_mag))
     tensor_math.sin_cos(theta, out=(s, c))
     # temp = (force + polemass_length * theta_dot ** 2 * sintheta) / total_mass
-    np.multiply(theta_dot, theta_dot, out=temp)
+    np.square(theta_dot, out=temp)
     temp *= p.polemass_length
     temp *= s
     temp += f
     temp /= p.total_mass
     # thetaacc = (gravity * sintheta - costheta * temp)
     #            / (length * (4 / 3 - masspole * costheta ** 2 / total_mass))
-    np.multiply(c, c, out=d)
+    np.square(c, out=d)
     d *= p.masspole
     d /= p.total_mass
     np.subtract(4.0 / 3.0, d, out=d)
