@@ -606,7 +606,7 @@ def test_a_cartpole_step_is_a_handful_of_tensor_ops(mode: str, arithmetic_route:
         if mode == "Disabled" and ended.any():
             env.reset(options={"reset_mask": ended})
     assert resets > 10
-    bound = {"host-numpy": 35, "torch-ops": 160}[arithmetic_route]
+    bound = {"host-numpy": 12, "torch-ops": 160}[arithmetic_route]
     assert max(per_step) <= bound, per_step
 
 
