@@ -632,6 +632,25 @@ def test_per_env_params_step_and_reset_as_numba(mode: str) -> None:
     assert ended > n
 
 
+@pytest.mark.parametrize("n", [3, 5000])
+def test_a_dropped_env_frees_its_buffers(n: int) -> None:
+    """What the host route keeps per buffer (work arrays, views) does not keep the engine's
+    buffers alive once the env is gone."""
+    import gc
+    import weakref
+
+    env = envfleet.make("CartPole-v1", n, backend="torch", seed=0)
+    env.reset()
+    for _ in range(30):
+        env.step(torch.ones(n, dtype=torch.int64))
+    e = env.engine
+    buffers = [weakref.ref(x) for x in (e.obs, e._obs_rows, e._b.obs_rows, *e._b.state)]
+    del e
+    del env
+    gc.collect()
+    assert [ref() for ref in buffers] == [None] * len(buffers)
+
+
 def test_sin_cos_takes_libm_values() -> None:
     """sin_cos of a CPU tensor: NumPy's (libm's) values, tensors in, tensors out; of a large
     array (libm's ``sincos``, one argument reduction for both), the same bits, written into

@@ -304,7 +304,6 @@ def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.nda
     x, x_dot, theta, theta_dot = state
     s, c, temp, d, f, h = tensor_math.scratch(obs, 6)
     flag = tensor_math.scratch(obs, 1, np.bool_)[0]
-    obs_columns = tensor_math.kept(obs, "columns", lambda o: list(o.T))
     if isinstance(p.force_mag, float):  # force_mag if action == 1 else -force_mag
         np.take(_force_table(p.force_mag), actions, out=f, mode="clip")  # 0 or 1
     else:  # one per env
@@ -350,7 +349,7 @@ def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.nda
         theta_dot += h
         np.multiply(theta_dot, p.tau, out=temp)
         theta += temp
-    for column, values in zip(obs_columns, state, strict=True):  # 4x quicker than obs = S.T
+    for column, values in zip(obs.T, state, strict=True):  # 3x quicker than obs[...] = S.T
         column[...] = values
     # |x| > t is (x < -t) | (x > t), NaN included
     np.greater(np.abs(x, out=temp), p.x_threshold, out=terminated)

@@ -78,7 +78,8 @@ def takes_arrays(form: Callable) -> Callable:
 
 def kept(owner: Any, what: Any, make: Callable[[Any], Any]) -> Any:
     """``make(owner)``, made once and kept while ``owner`` (an engine's buffer, the same array
-    every step) lives, without keeping it alive: views or work arrays a form needs each step."""
+    every step) lives, without keeping it alive: work arrays a form needs each step. What
+    ``make`` returns must not refer to ``owner`` (no views of it): that would keep it alive."""
     key = (id(owner), what)
     entry = _KEPT.get(key)
     if entry is not None and entry[0]() is owner:
