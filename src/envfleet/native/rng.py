@@ -130,8 +130,8 @@ _LOOP_MIN = 1024
 
 def _uniforms_loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, count: int,
                    low: Any, high: Any) -> np.ndarray:
-    """``_uniforms_numpy`` by ``env_uniform`` itself, compiled (one pass, no temporaries: ~15x
-    quicker on thousands of draws; the same bits by construction)."""
+    """``_uniforms_numpy`` compiled: ``uniform``'s arithmetic in one pass without temporaries,
+    the seed's hash taken once per env (~3x quicker on thousands of draws)."""
     out = np.empty((seeds.shape[0], count))
     bounds = (np.asarray(low, dtype=np.float64).reshape(-1),
               np.asarray(high, dtype=np.float64).reshape(-1))
@@ -150,12 +150,17 @@ def _draw_loop() -> Any:
     @numba.njit(boundscheck=False, nogil=True)
     def loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, low: np.ndarray,
              high: np.ndarray, out: np.ndarray) -> None:
-        rng = (seeds, episodes, steps)
         for i in range(out.shape[0]):
             lo = low[i] if low.shape[0] > 1 else low[0]
             hi = high[i] if high.shape[0] > 1 else high[0]
+            # random_u64 with the seed's hash and the episode's product taken once per env
+            key = mix64(seeds[i] * np.uint64(_GOLDEN) + np.uint64(_STREAM))
+            base = episodes[i] * np.uint64(_STREAM)
+            step = np.uint64(steps[i]) << np.uint64(16)
             for k in range(out.shape[1]):
-                out[i, k] = env_uniform(rng, i, k, lo, hi)
+                counter = step | np.uint64(k)
+                bits = mix64(key ^ mix64(base + counter * np.uint64(_GOLDEN)))
+                out[i, k] = lo + (hi - lo) * (np.float64(bits >> np.uint64(11)) * _TO_UNIT)
 
     return disk_cached(loop, on_compile=lambda: announce_compile(
         "draws", "the reset draws loop", "torch", 0.5, cached=is_disk_cached(loop)))
