@@ -5,7 +5,9 @@ env, and the tensor ops a step issues (counted with ``TorchDispatchMode``).
 
     .venv/bin/python scripts/bench_torch.py [--num-envs 65536] [--rounds 5] [--threads 1,2]
 
-Random actions (pre-drawn), autoreset on, ``copy=True`` (the default) for both. Not a test.
+Random actions (pre-drawn), autoreset on, ``copy=True`` (the default) for both. Each figure is
+given by wall clock and by the stepping thread's CPU time (``time.thread_time``: what a loaded
+machine's other processes do not add). Not a test.
 """
 
 from __future__ import annotations
@@ -51,10 +53,11 @@ def stepper(env, num_envs: int, as_tensor: bool, seed: int = 0) -> Callable[[int
     return run
 
 
-def timed(run: Callable[[int], None], steps: int) -> float:
-    t0 = time.perf_counter()
+def timed(run: Callable[[int], None], steps: int) -> tuple[float, float]:
+    """(wall seconds, this thread's CPU seconds) of ``run(steps)``."""
+    t0, c0 = time.perf_counter(), time.thread_time()
     run(steps)
-    return time.perf_counter() - t0
+    return time.perf_counter() - t0, time.thread_time() - c0
 
 
 def ops_per_step(num_envs: int, mode: str, steps: int = 200) -> float:
@@ -98,30 +101,32 @@ def main() -> None:
     steps = {name: 3 for name in series}
     for name, run in series.items():  # warm up, then size each round to ~seconds
         run(2)
-        steps[name] = max(3, int(args.seconds / (timed(run, 3) / 3)))
-    rates: dict[str, list[float]] = {name: [] for name in series}
+        steps[name] = max(3, int(args.seconds / (timed(run, 3)[0] / 3)))
+    rates: dict[str, list[tuple[float, float]]] = {name: [] for name in series}
     for _ in range(args.rounds):
         for name, run in series.items():
-            rates[name].append(steps[name] * n / timed(run, steps[name]))
-    base = statistics.median(rates["gym-numpy"])
+            rates[name].append(tuple(steps[name] * n / t for t in timed(run, steps[name])))
     print(f"\nCartPole-v1 at {n} envs, median of {args.rounds} rounds (load average after: "
-          f"{os.getloadavg()})")
+          f"{os.getloadavg()}); wall clock | thread CPU time")
+    base = [statistics.median(r[k] for r in rates["gym-numpy"]) for k in (0, 1)]
     for name, values in rates.items():
-        rate = statistics.median(values)
-        print(f"  {name:16s} {rate / 1e6:8.2f} M steps/s  {rate / base:5.2f}x gym-numpy")
+        wall, cpu = (statistics.median(r[k] for r in values) for k in (0, 1))
+        print(f"  {name:16s} {wall / 1e6:8.2f} M steps/s  {wall / base[0]:5.2f}x gym-numpy | "
+              f"{cpu / 1e6:8.2f} M steps/s per thread-second  {cpu / base[1]:5.2f}x")
 
-    print("\nper call at 1 env (median of rounds)")
+    print("\nper call at 1 env (median of rounds): wall clock, thread CPU time")
     single = {"gym-numpy": stepper(gym.make_vec("CartPole-v1", 1,
                                                 vectorization_mode="vector_entry_point"), 1,
                                    False),
               "torch": stepper(envfleet.make("CartPole-v1", 1, backend="torch", seed=0), 1, True)}
     torch.set_num_threads(threads[0])
-    calls: dict[str, list[float]] = {name: [] for name in single}
+    calls: dict[str, list[tuple[float, float]]] = {name: [] for name in single}
     for _ in range(args.rounds):
         for name, run in single.items():
-            calls[name].append(timed(run, 2000) / 2000)
+            calls[name].append(tuple(t / 2000 for t in timed(run, 2000)))
     for name, values in calls.items():
-        print(f"  {name:16s} {statistics.median(values) * 1e6:8.1f} us")
+        wall, cpu = (statistics.median(r[k] for r in values) for k in (0, 1))
+        print(f"  {name:16s} {wall * 1e6:8.1f} us wall  {cpu * 1e6:8.1f} us thread CPU")
     print(f"load average after: {os.getloadavg()}")
 
 

@@ -21,6 +21,7 @@ from numba import njit
 
 import envfleet
 from envfleet.envs.cartpole import SPEC as CARTPOLE
+from envfleet.native import rng as rng_module
 from envfleet.native import tensor_math
 from envfleet.native.driver import DISABLED, NEXT_STEP, SAME_STEP
 from envfleet.native.jit import kernel_function
@@ -83,12 +84,13 @@ def policy(obs: np.ndarray, rng: np.random.Generator, noise: np.ndarray) -> np.n
 # --- (1) Gymnasium's CartPoleEnv, by state transplant -----------------------------------------
 
 
-@pytest.mark.parametrize(("steps", "limit", "options"), [
-    (2000, 500, {}),
-    (300, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
+@pytest.mark.parametrize(("n", "steps", "limit", "options"), [
+    (32, 2000, 500, {}),
+    (32, 300, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
+    (3, 3000, 500, {}),  # a few envs: CartPole steps them row by row on the host
+    (3, 1500, 100, {"sutton_barto_reward": True, "kinematics_integrator": "semi-implicit euler"}),
 ])
-def test_cartpole_matches_gymnasium(steps: int, limit: int, options: dict) -> None:
-    n = 32
+def test_cartpole_matches_gymnasium(n: int, steps: int, limit: int, options: dict) -> None:
     env = envfleet.make("CartPole-v1", n, backend="torch", seed=11, copy=False,
                         max_episode_steps=limit, **options)
     engine = env.engine
@@ -130,9 +132,10 @@ def assert_close_state(a: np.ndarray, b: np.ndarray) -> None:
     np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.parametrize("n", [32, 5000])  # 5000: a batch large enough for libm's sincos
 @pytest.mark.parametrize("mode", MODES)
-def test_cartpole_same_trajectories_as_numba(mode: str) -> None:
-    n, limit, steps = 32, 20, 300
+def test_cartpole_same_trajectories_as_numba(mode: str, n: int) -> None:
+    limit, steps = 20, 300
     kwargs = {"autoreset_mode": mode, "max_episode_steps": limit, "seed": 2024}
     a = envfleet.make("CartPole-v1", n, backend="numba", **kwargs)
     b = envfleet.make("CartPole-v1", n, backend="torch", **kwargs)
@@ -333,6 +336,21 @@ def bad_discrete_batches(n: int) -> list[tuple[object, str]]:
         (torch.from_numpy(negative), r"invalid action for env 3: -7 "),
         (listed, r"invalid action for env 2: 3 is not in Discrete\(2\) \(integers 0..1\)"),
     ]
+
+
+@pytest.mark.parametrize("bad", [-1, 2, -(2**62), 2**62])
+def test_out_of_range_actions_refused_in_a_larger_batch(bad: int) -> None:
+    """Past 8 envs the host checks the batch with reductions, not per value: still refused,
+    named, and nothing moves."""
+    n = 20
+    a, b = cartpole_engines(NEXT_STEP, n)
+    actions = np.ones(n, dtype=np.int64)
+    actions[13] = bad
+    before = snapshot(b)
+    message = refused_message(b, actions)
+    assert message == refused_message(a, actions)
+    assert re.search(rf"invalid action for env 13: {bad} is not in Discrete\(2\)", message)
+    assert_same_buffers(snapshot(b), before)
 
 
 @pytest.mark.parametrize("mode", [NEXT_STEP, SAME_STEP, DISABLED])
@@ -541,6 +559,11 @@ def test_rng_torch_twin_is_bit_identical() -> None:
                                      for i in range(0, size, 97)])
             np.testing.assert_array_equal(batch[::97, k].numpy().view(np.uint64),
                                           expected.view(np.uint64))
+        # the host's two routes (NumPy ops for a few draws, a compiled loop for many) agree
+        arrays = (*(x.numpy() for x in rng_torch), count,
+                  *(b.numpy() if isinstance(b, torch.Tensor) else b for b in (low, high)))
+        np.testing.assert_array_equal(rng_module._uniforms_loop(*arrays).view(np.uint64),
+                                      rng_module._uniforms_numpy(*arrays).view(np.uint64))
 
 
 class OpCounter(TorchDispatchMode):
@@ -583,7 +606,7 @@ def test_a_cartpole_step_is_a_handful_of_tensor_ops(mode: str, arithmetic_route:
         if mode == "Disabled" and ended.any():
             env.reset(options={"reset_mask": ended})
     assert resets > 10
-    bound = {"host-numpy": 35, "torch-ops": 160}[arithmetic_route]
+    bound = {"host-numpy": 12, "torch-ops": 160}[arithmetic_route]
     assert max(per_step) <= bound, per_step
 
 
@@ -609,13 +632,42 @@ def test_per_env_params_step_and_reset_as_numba(mode: str) -> None:
     assert ended > n
 
 
+@pytest.mark.parametrize("n", [3, 5000])
+def test_a_dropped_env_frees_its_buffers(n: int) -> None:
+    """What the host route keeps per buffer (work arrays, views) does not keep the engine's
+    buffers alive once the env is gone."""
+    import gc
+    import weakref
+
+    env = envfleet.make("CartPole-v1", n, backend="torch", seed=0)
+    env.reset()
+    for _ in range(30):
+        env.step(torch.ones(n, dtype=torch.int64))
+    e = env.engine
+    buffers = [weakref.ref(x) for x in (e.obs, e._obs_rows, e._b.obs_rows, *e._b.state)]
+    del e
+    del env
+    gc.collect()
+    assert [ref() for ref in buffers] == [None] * len(buffers)
+
+
 def test_sin_cos_takes_libm_values() -> None:
-    """sin_cos of a CPU tensor: NumPy's (libm's) values, tensors in, tensors out."""
+    """sin_cos of a CPU tensor: NumPy's (libm's) values, tensors in, tensors out; of a large
+    array (libm's ``sincos``, one argument reduction for both), the same bits, written into
+    ``out``, over small, CartPole-sized, large and huge angles."""
     x = np.random.default_rng(0).uniform(-4, 4, 1000)
     s, c = tensor_math.sin_cos(torch.from_numpy(x))
     assert isinstance(s, torch.Tensor) and isinstance(c, torch.Tensor)
     np.testing.assert_array_equal(s.numpy(), np.sin(x))
     np.testing.assert_array_equal(c.numpy(), np.cos(x))
+    rng = np.random.default_rng(1)
+    for scale in (1e-9, 0.25, 4.0, 1e3, 1e22):
+        x = rng.uniform(-scale, scale, 2 * tensor_math._SINCOS_MIN)
+        out = (np.empty_like(x), np.empty_like(x))
+        s, c = tensor_math.sin_cos(x, out=out)
+        assert s is out[0] and c is out[1]
+        np.testing.assert_array_equal(s.view(np.uint64), np.sin(x).view(np.uint64), err_msg=scale)
+        np.testing.assert_array_equal(c.view(np.uint64), np.cos(x).view(np.uint64), err_msg=scale)
 
 
 def test_per_env_params_move_to_the_device() -> None:

@@ -8,6 +8,7 @@ bit patterns, with logical shifts emulated by masking).
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import numpy as np
@@ -97,7 +98,9 @@ def env_uniforms_torch(rng: Any, count: int, low: Any, high: Any) -> Any:
 
     seeds = rng[0]
     if on_host(seeds):
-        out = _uniforms_numpy(*host_arrays(tuple(rng)), count, *host_arrays((low, high)))
+        arrays = (*host_arrays(tuple(rng)), count, *host_arrays((low, high)))
+        big = seeds.shape[0] * count >= _LOOP_MIN
+        out = _uniforms_loop(*arrays) if big else _uniforms_numpy(*arrays)
         if isinstance(seeds, np.ndarray):
             return out
         import torch
@@ -119,6 +122,48 @@ def env_uniforms_torch(rng: Any, count: int, low: Any, high: Any) -> Any:
 
 
 _U = np.uint64
+
+#: the fewest draws ``env_uniforms_torch`` makes on the host with a compiled loop (fewer never
+#: pay its compile, and gain little)
+_LOOP_MIN = 1024
+
+
+def _uniforms_loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, count: int,
+                   low: Any, high: Any) -> np.ndarray:
+    """``_uniforms_numpy`` compiled: ``uniform``'s arithmetic in one pass without temporaries,
+    the seed's hash taken once per env (~3x quicker on thousands of draws)."""
+    out = np.empty((seeds.shape[0], count))
+    bounds = (np.asarray(low, dtype=np.float64).reshape(-1),
+              np.asarray(high, dtype=np.float64).reshape(-1))
+    _draw_loop()(seeds.view(np.uint64), episodes.view(np.uint64), steps, *bounds, out)
+    return out
+
+
+@functools.cache
+def _draw_loop() -> Any:
+    """The compiled loop of ``_uniforms_loop``, on the kernel cache (~0.5 s once per machine)."""
+    import numba
+
+    from envfleet.native.jit import announce_compile
+    from envfleet.native.kernel_cache import disk_cached, is_disk_cached
+
+    @numba.njit(boundscheck=False, nogil=True)
+    def loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, low: np.ndarray,
+             high: np.ndarray, out: np.ndarray) -> None:
+        for i in range(out.shape[0]):
+            lo = low[i] if low.shape[0] > 1 else low[0]
+            hi = high[i] if high.shape[0] > 1 else high[0]
+            # random_u64 with the seed's hash and the episode's product taken once per env
+            key = mix64(seeds[i] * np.uint64(_GOLDEN) + np.uint64(_STREAM))
+            base = episodes[i] * np.uint64(_STREAM)
+            step = np.uint64(steps[i]) << np.uint64(16)
+            for k in range(out.shape[1]):
+                counter = step | np.uint64(k)
+                bits = mix64(key ^ mix64(base + counter * np.uint64(_GOLDEN)))
+                out[i, k] = lo + (hi - lo) * (np.float64(bits >> np.uint64(11)) * _TO_UNIT)
+
+    return disk_cached(loop, on_compile=lambda: announce_compile(
+        "draws", "the reset draws loop", "torch", 0.5, cached=is_disk_cached(loop)))
 
 
 def _mix64_numpy(z: np.ndarray) -> np.ndarray:

@@ -161,7 +161,36 @@ class TorchEngine:
             rewards=view(self.rewards), terminated=view(self.terminated),
             truncated=view(self.truncated), pending=view(self.pending), done=view(self._done),
             per_env={name: view(getattr(self.params, name)) for name in self._per_env})
-        self._tensor = torch.from_numpy if self._host else (lambda t: t)
+        # What the family's forms get: on the host, NumPy views of the buffers when the forms
+        # take them (``tensor_math.takes_arrays``: no conversion per call), else the tensors.
+        self._arrays = self._host and all(getattr(form, "takes_arrays", False)
+                                          for form in (spec.reset_torch, spec.step_torch))
+        b = self._b
+        if self._arrays:
+            params = self.params
+            if self._per_env:
+                params = params._replace(**b.per_env)
+            self._args = SimpleNamespace(
+                state=State(*b.state), params=params, rng=(b.seeds, b.episodes, b.steps),
+                obs_rows=b.obs_rows, rewards=b.rewards, terminated=b.terminated,
+                all=np.ones(n, dtype=np.bool_))
+        else:
+            self._args = SimpleNamespace(
+                state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
+                rewards=self.rewards, terminated=self.terminated, all=self._all)
+        self._tensor = torch.from_numpy if self._host and not self._arrays else (lambda t: t)
+        #: NumPy views of the outputs on the host, for ``copy``
+        self._views = {id(t): t.numpy() for t in (
+            self.obs, self.final_obs, self.rewards, self.terminated, self.truncated,
+            *self.state)} if self._host else {}
+        # Host resets gather rows into spare buffers (``_gather``), and move observation rows
+        # as single items (``_rows_of``): ~4x quicker than fresh arrays and per-element copies.
+        self._spare = {id(a): np.empty_like(a) for a in (
+            b.seeds, b.episodes, b.obs_rows, *b.state, *b.per_env.values())} if self._host else {}
+        self._zeros = np.zeros(n, dtype=np.int64)
+        self._obs_items = self._rows_of(b.obs_rows)
+        self._final_items = self._rows_of(b.final_rows)
+        self._zero_item = self._rows_of(np.zeros_like(b.obs_rows[:1]))[0] if self._host else 0
         #: NEXT_STEP: the envs this step resets (those that ended the last one), or None
         self._pending_rows: torch.Tensor | None = None
         #: SAME_STEP: the rows of ``final_obs`` that are not zero
@@ -250,13 +279,16 @@ class TorchEngine:
             f"torch backend runs the family's batched tensor forms only")
 
     def ended_mask(self) -> torch.Tensor:
+        if self._host:
+            return torch.from_numpy(np.logical_or(self._b.terminated, self._b.truncated))
         return self.terminated | self.truncated
 
     def copy(self, array: Any) -> Any:
         """A copy of one of the buffers: through NumPy on the host (one thread: torch's
         parallel copy stalls when other processes hold the cores)."""
         if self._host:
-            return torch.from_numpy(array.numpy().copy())
+            view = self._views.get(id(array))
+            return torch.from_numpy((array.numpy() if view is None else view).copy())
         return array.clone()
 
     def close(self) -> None:
@@ -278,9 +310,11 @@ class TorchEngine:
         whole batch, then the envs that were pending are reset over it, with reward 0 and both
         flags off; SAME_STEP keeps the ended envs' observations and resets them.
         """
-        b, xp = self._b, self._xp
-        self.spec.step_torch(self.state, self.params, actions, self.rng, self._obs_rows,
-                             self.rewards, self.terminated)
+        b, xp, k = self._b, self._xp, self._args
+        if self._host and not self._arrays:
+            actions = torch.from_numpy(actions if actions.flags.writeable else actions.copy())
+        self.spec.step_torch(k.state, k.params, actions, k.rng, k.obs_rows, k.rewards,
+                             k.terminated)
         b.steps += 1
         xp.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
         rows = self._pending_rows
@@ -303,10 +337,10 @@ class TorchEngine:
     def _finish(self, rows: Any) -> None:
         """SAME_STEP: keep the ended envs' final observations (the other rows of ``final_obs``
         zero), then start their next episode."""
-        final = self._b.final_rows
+        final = self._final_items
         if self._final_rows is not None:
-            final[self._final_rows] = 0
-        final[rows] = self._b.obs_rows[rows]
+            final[self._final_rows] = self._zero_item
+        final[rows] = self._obs_items[rows]
         self._final_rows = rows
         self._reset_rows(rows, None)
 
@@ -322,64 +356,97 @@ class TorchEngine:
                 b.seeds[...] = new_seeds
                 b.episodes[...] = 0
             b.steps[...] = 0
-            self.spec.reset_torch(self._all, self.state, self.params, self.rng, self._obs_rows)
+            k = self._args
+            self.spec.reset_torch(k.all, k.state, k.params, k.rng, k.obs_rows)
             return
+        k = len(rows)
+        gather = self._gather
         if new_seeds is None:
-            row_seeds = b.seeds[rows]
-            row_episodes = b.episodes[rows]
+            row_seeds = gather(b.seeds, rows)
+            row_episodes = gather(b.episodes, rows)
             row_episodes += 1
         else:
             row_seeds, row_episodes = new_seeds, xp.zeros_like(new_seeds)
-        k = len(rows)
         tensor = self._tensor
-        state = tuple(column[rows] for column in b.state)
-        obs = xp.empty_like(b.obs_rows[:k])
-        params = self.params
+        state = tuple(gather(column, rows) for column in b.state)
+        obs = self._spare[id(b.obs_rows)][:k] if self._host else xp.empty_like(b.obs_rows[:k])
+        params = self._args.params
         if self._per_env:
-            params = params._replace(**{name: tensor(column[rows])
+            params = params._replace(**{name: tensor(gather(column, rows))
                                         for name, column in b.per_env.items()})
-        row_rng = (tensor(row_seeds), tensor(row_episodes), tensor(xp.zeros_like(row_episodes)))
-        self.spec.reset_torch(self._all[:k], type(self.state)(*map(tensor, state)), params,
-                              row_rng, tensor(obs))
+        if self._host:
+            zeros = self._zeros[:k]
+            zeros.fill(0)
+        else:
+            zeros = xp.zeros_like(row_episodes)
+        row_rng = (tensor(row_seeds), tensor(row_episodes), tensor(zeros))
+        self.spec.reset_torch(self._args.all[:k], type(self.state)(*map(tensor, state)),
+                              params, row_rng, tensor(obs))
         for column, values in zip(b.state, state, strict=True):
             column[rows] = values
-        b.obs_rows[rows] = obs
+        self._obs_items[rows] = self._rows_of(obs)
         if new_seeds is not None:
             b.seeds[rows] = row_seeds
         b.episodes[rows] = row_episodes
         b.steps[rows] = 0
 
+    def _gather(self, array: Any, rows: Any) -> Any:
+        """``array[rows]``; on the host into the spare buffer kept for ``array`` (valid until
+        the next gather of it)."""
+        spare = self._spare.get(id(array))
+        if spare is None:
+            return array[rows]
+        return np.take(array, rows, axis=0, out=spare[:len(rows)], mode="clip")
+
+    def _rows_of(self, rows: Any) -> Any:
+        """Rows of a host array (a C-contiguous one) as one item each, or the tensor itself."""
+        if not isinstance(rows, np.ndarray) or rows.ndim < 2:
+            return rows
+        item = np.dtype((np.void, rows.itemsize * int(np.prod(rows.shape[1:]))))
+        return rows.reshape(len(rows), -1).view(item).reshape(len(rows))
+
     def _nonzero(self, mask: Any) -> Any:
         """The indices where ``mask`` (one of ``_b``'s) is set: a NumPy array on the host, an
         int64 tensor elsewhere."""
         if self._host:
-            return np.flatnonzero(mask)
+            return mask.nonzero()[0]
         return torch.nonzero(mask).view(-1)
 
     # --- action checks ---------------------------------------------------------------------
 
-    def _device_actions(self, actions: Any) -> torch.Tensor:
-        """Check shape and dtype kind (as ``numba_backend.as_numpy_actions``); move to device."""
+    def _device_actions(self, actions: Any) -> Any:
+        """Check shape and dtype kind (as ``numba_backend.as_numpy_actions``); the actions as a
+        C-contiguous NumPy array on the host (the caller's, when it is one: only read), a tensor
+        on the device elsewhere."""
         n = self.num_envs
         a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
         check_action_batch(a, self.spec.action_space, n)
         fmt = self._format
+        if self._host:
+            if isinstance(a, torch.Tensor):
+                a = a.cpu().numpy()
+            if fmt.integer:
+                return np.ascontiguousarray(a, dtype=fmt.dtype)
+            with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
+                return np.ascontiguousarray(a, dtype=fmt.dtype).reshape(n, -1)
         if isinstance(a, np.ndarray):
             with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
                 a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
         a = a.to(self.device, self._action_dtype)
         return a if fmt.integer else a.reshape(n, -1)
 
-    def _refuse(self, a: torch.Tensor) -> None:
+    def _refuse(self, a: Any) -> None:
         """Raise the error for the first refused env (a bad action, or DISABLED and an env that
-        needs a reset), before anything moves: one read back, NumPy views on the host."""
+        needs a reset), before anything moves: one read back, NumPy on the host."""
         fmt = self._format
         if self._host:
-            values = a.numpy()
+            values = a
             if not fmt.integer:
                 ok = bool(np.isfinite(values).all())
             elif values.size <= 8:  # a few: Python is quicker than two reductions
                 ok = all(self._low <= v < self._high for v in values.tolist())
+            elif self._low == 0:  # one reduction: a negative action reads as a huge uint64
+                ok = values.view(np.uint64).max() < self._high
             else:
                 ok = values.min() >= self._low and values.max() < self._high
             ok = ok and not (self.mode == DISABLED and self._maybe_pending
@@ -391,6 +458,8 @@ class TorchEngine:
             ok = bool(valid.all())
         if ok:
             return
+        if isinstance(a, np.ndarray):
+            a = torch.from_numpy(np.array(a))
         valid = self._check_actions(a)
         if self.mode == DISABLED:
             valid = valid & ~self.pending
