@@ -163,6 +163,22 @@ def test_train_times_an_ideal_iteration_right_after_each_real_one(monkeypatch):
     assert summary.ideal_iterations == iterations
 
 
+def test_the_ideal_iteration_runs_before_the_evaluation(monkeypatch):
+    """Right after the real update, as the real learning ran: not after an evaluation, which
+    leaves the machine in another state (the ideal's learning measured 3% more CPU then)."""
+    order = record_loops(monkeypatch)
+
+    def evaluate(*args, **kwargs):
+        order.append("E")
+        return ppo.evaluate(*args, **kwargs)
+
+    args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
+                    total_steps=8 * 16 * 3, eval_every=8 * 16, eval_episodes=4,
+                    target_return=None, seed=1)
+    ppo.train(args, evaluate_fn=evaluate)
+    assert "".join(order).startswith("RIE" * 3)
+
+
 def test_train_reports_the_ideal_median_its_spread_and_the_real_iterations(monkeypatch):
     order = record_loops(monkeypatch)
     args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
