@@ -21,6 +21,11 @@ def test_e2e_study(tmp_path):
         assert positive(r["sps_end_to_end"], r["sps_env"], r["sps_ideal"], r["steps_per_s"],
                         r["sps_ideal_q1"], r["sps_ideal_q3"], r["efficiency"])
         assert r["sps_ideal_q1"] <= r["sps_ideal"] <= r["sps_ideal_q3"]
+        # the real iterations timed as the ideal's (like for like): iter/ideal in the table
+        assert r["sps_iteration_q1"] <= r["sps_iteration"] <= r["sps_iteration_q3"]
+        assert f"| {r['sps_iteration'] / r['sps_ideal']:.2f} |" in md
+        assert positive(r["cpu_per_iteration"]["real"], r["cpu_per_iteration"]["ideal"],
+                        r["ideal_seconds_per_update"]["learning"])
         t = r["seconds_per_update"]
         assert positive(t["env"], t["inference"], t["learning"]) and t["other"] >= 0
         # the whole loop is never faster than the ideal loop doing the same work: where the

@@ -32,6 +32,26 @@ def test_train_json_save_plot_then_eval(tmp_path, capsys):
     assert "(sampled)" in capsys.readouterr().out
 
 
+def test_train_warns_when_end_to_end_is_above_the_ideal(monkeypatch, tmp_path, capsys):
+    """End-to-end above the ideal's IQR (the same work with an instant env) is flagged in the
+    output and the JSON, never shown as a plain efficiency above 1."""
+    train = ppo.train
+
+    def above(*args, **kwargs):
+        agent, summary = train(*args, **kwargs)
+        summary.sps_end_to_end = 2 * summary.sps_ideal_iqr[1]
+        summary.above_ideal = True
+        return agent, summary
+
+    monkeypatch.setattr(ppo, "train", above)
+    out = tmp_path / "run.json"
+    assert main(["train", "CartPole-v1", *TINY, "--json", str(out)]) == 0
+    assert "above the ideal loop's IQR" in capsys.readouterr().err  # even with --quiet
+    summary = json.loads(out.read_text())
+    assert summary["above_ideal"] is True
+    assert summary["sps_iteration"] > 0 and summary["cpu_per_iteration"]["ideal"] > 0
+
+
 @pytest.mark.parametrize("backend", ["torch", "serial"])
 def test_train_on_other_backends(backend, tmp_path):
     out = tmp_path / "run.json"

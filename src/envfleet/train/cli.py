@@ -385,6 +385,13 @@ def run_train(options: argparse.Namespace) -> int:
                   f", end-to-end {_rate(summary.sps_end_to_end)} (efficiency "
                   f"{summary.efficiency:.2f}); time: {_breakdown(summary.times)}; "
                   f"other processes' load {_fmt(load, 2)} cores", soft_wrap=True)
+    if summary.above_ideal:  # on stderr, --quiet or not
+        warn = Console(stderr=True, highlight=False)
+        warn.print(f"[yellow]warning: end-to-end {_rate(summary.sps_end_to_end)} steps/s is "
+                   f"above the ideal loop's IQR ({_rate(high)}): the ideal does the same work "
+                   f"with an env that costs nothing, so the machine's load changed during the "
+                   f"run (real iterations timed alike: median {_rate(summary.sps_iteration)}), "
+                   f"or this is a bug[/yellow]", soft_wrap=True)
     result = {"env": args.env_id, "backend": args.backend, "num_envs": args.num_envs,
               "seed": args.seed, **asdict(summary), "background_load": load}
     if _env_name(args.env_id) == "Chess-v0":

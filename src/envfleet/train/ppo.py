@@ -14,17 +14,19 @@ logit: they are never sampled and carry no probability in the loss.
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
 forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
 their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations.
-The ideal loop (``IdealLoop``) does the real loop's work against an env that costs nothing
-(``ReplayEnv``: a fixed observation, the real rollout's rewards and episode ends, so the same
-transitions are kept), with the same bookkeeping and the same number of update epochs: what
-end-to-end training would reach if the env cost nothing, an upper bound. Its iterations are
-interleaved with the real ones (same machine load), kept off the training clock, and reported
-as the median iteration with its interquartile range.
+The ideal loop (``IdealLoop``) does the real loop's last iteration again against an env that
+costs nothing (``ReplayEnv``: the real rollout's observations, rewards, episode ends and masks
+read back, so the same transitions are kept and the same numbers go through the network),
+from the real agent's parameters and optimizer state, with the same bookkeeping and the same
+number of update epochs: what end-to-end training would reach if the env cost nothing, an
+upper bound. One ideal iteration runs right after each real one (the same machine load, the
+same cache state), both timed the same way (wall and thread CPU of rollout, bookkeeping and
+update); the ideal's time is kept off the training clock and reported as the median iteration
+with its interquartile range, next to the real iterations' (``Summary.sps_iteration``).
 """
 
 from __future__ import annotations
 
-import copy
 import itertools
 import math
 import time
@@ -117,9 +119,9 @@ class Args:
     """stop once an evaluation reaches target_return (False: use the whole budget)"""
     time_limit: float | None = None
     """wall-clock seconds of training (evaluations included) before stopping"""
-    ideal_every: int = 8
-    """every this many real iterations, run two ideal ones (instant env), time the second
-    (off the training clock)"""
+    ideal_every: int = 1
+    """after every this many real iterations, time one ideal iteration (the same work with an
+    env that costs nothing; off the training clock). 0: no ideal loop"""
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -207,6 +209,7 @@ class Agent(nn.Module):
                  activation: str = "tanh", log_std_init: float = 0.0) -> None:
         super().__init__()
         check_spaces(obs_space, action_space)
+        self.spaces = (obs_space, action_space)  # to build a twin (the ideal loop's agent)
         # a Discrete observation is one-hot encoded; a Box one flattened
         self.obs_onehot = (int(obs_space.start), int(obs_space.n)) if isinstance(
             obs_space, spaces.Discrete) else None
@@ -565,31 +568,42 @@ IDEAL_MIN_ITERATIONS = 7
 
 
 class ReplayEnv:
-    """An env that costs nothing: each step returns the same fixed observation with the
-    rewards and episode ends the real loop's last rollout recorded at that step, so the ideal
-    loop keeps exactly the transitions the real one kept."""
+    """An env that costs nothing: step t returns what the real env returned at step t of the
+    real loop's last rollout (its observations, rewards, episode ends and action masks, read
+    back from the rollout), so the ideal loop keeps exactly the real loop's transitions and
+    feeds the same numbers through the network."""
 
-    def __init__(self, obs: Any, info: dict[str, Any]) -> None:
-        self.obs = obs
-        self.info = {"action_mask": info["action_mask"]} if "action_mask" in info else {}
-        self.torch = isinstance(obs, torch.Tensor)
+    def __init__(self, torch_obs: bool) -> None:
+        self.torch = torch_obs
         self.t = 0
-        self.rewards = self.terminated = self.truncated = None
+        self.rows: dict[str, torch.Tensor] = {}
+        self.steps: dict[str, Any] = {}  # the rows as the env gives them (tensors or arrays)
+        self.obs: Any = None  # the observation before the first step, and its info
+        self.info: dict[str, Any] = {}
 
     def load(self, buf: Rollout) -> None:
-        """Replay ``buf``'s rewards and ends from the next step on (in the env's array kind)."""
-        rows = (buf.rewards, buf.terminated, buf.ended & ~buf.terminated)
-        if self.torch:
-            device = self.obs.device
-            self.rewards, self.terminated, self.truncated = (r.to(device).clone() for r in rows)
-        else:
-            self.rewards, self.terminated, self.truncated = (r.cpu().numpy() for r in rows)
+        """Replay ``buf`` from its first step on (copied into buffers kept between loads)."""
+        rows = {"obs": buf.obs, "rewards": buf.rewards, "terminated": buf.terminated,
+                "truncated": buf.ended & ~buf.terminated}
+        if buf.masks is not None:
+            rows["masks"] = buf.masks
+        for key, row in rows.items():
+            if key not in self.rows:
+                self.rows[key] = row.clone()
+                self.steps[key] = self.rows[key] if self.torch else self.rows[key].cpu().numpy()
+            else:
+                self.rows[key].copy_(row)
+        self.obs, self.info = self.steps["obs"][0], self._info(0)
         self.t = 0
+
+    def _info(self, t: int) -> dict[str, Any]:
+        return {"action_mask": self.steps["masks"][t]} if "masks" in self.steps else {}
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         t = self.t
-        self.t = (t + 1) % len(self.rewards)
-        return self.obs, self.rewards[t], self.terminated[t], self.truncated[t], self.info
+        self.t = (t + 1) % len(self.steps["rewards"])
+        return (self.steps["obs"][t + 1], self.steps["rewards"][t], self.steps["terminated"][t],
+                self.steps["truncated"][t], self._info(t + 1))
 
 
 @dataclass
@@ -621,63 +635,103 @@ class Bookkeeping:
 
 
 class IdealLoop:
-    """The real loop's work against ``ReplayEnv``, on a copy of the agent and optimizer: the
-    same rollout (inference, buffer writes, the same transitions kept), the same bookkeeping
-    and an update with the same number of epochs. What end-to-end training would reach with an
-    env that costs nothing: an upper bound of the real loop.
+    """The real loop's last iteration again, against ``ReplayEnv``, on an agent and optimizer
+    of its own: the same rollout (inference, buffer writes, the same observations and
+    transitions), the same bookkeeping and an update with the same number of epochs, starting
+    from the real agent's parameters and optimizer state (copied in before each iteration,
+    off the clock). What end-to-end training would reach with an env that costs nothing: an
+    upper bound of the real loop.
 
-    ``train`` runs ideal iterations every ``args.ideal_every`` real ones, so both are timed
-    under the same machine load; their time is kept off the training clock. Each timed
-    iteration's seconds are kept: ``steps_per_s`` is the median's rate, with its IQR.
+    ``train`` runs one ideal iteration after every ``args.ideal_every`` real ones, each timed
+    exactly as a real iteration is (wall and thread CPU of rollout, bookkeeping and update),
+    so both see the same machine load and the same cache state; their time is kept off the
+    training clock. ``times``: the timed iterations' seconds; ``steps_per_s`` is the median's
+    rate, with its IQR; ``clock`` their time per phase.
     """
 
-    def __init__(self, agent: Agent, optimizer: torch.optim.Optimizer, args: Args, obs: Any,
+    def __init__(self, agent: Agent, optimizer: torch.optim.Optimizer, args: Args,
                  info: dict[str, Any], action_bounds: Any, torch_actions: bool) -> None:
-        self.agent = copy.deepcopy(agent)
+        # built as the real agent and optimizer are (not deep copies): the same layout; its
+        # initial draw leaves training's random stream alone (its values are overwritten)
+        with torch.random.fork_rng(devices=[]):
+            self.agent = new_agent(*agent.spaces, args)
         self.optimizer = make_optimizer(self.agent, args)
-        self.optimizer.load_state_dict(copy.deepcopy(optimizer.state_dict()))
         self.args, self.bounds, self.torch_actions = args, action_bounds, torch_actions
-        self.env = ReplayEnv(obs, info)
+        self.env = ReplayEnv(torch_actions)
         self.buf = make_rollout(args, self.agent, info, torch.device(args.device))
         self.books = Bookkeeping.new(args)
         self.generator = torch.Generator().manual_seed(0)
         self.times: list[float] = []
+        self.cpu_times: list[float] = []
+        self.clock = Clock()
         self.last_stats: dict[str, float] = {}
 
-    def iterate(self, real: Rollout, epochs: int, timed: bool = True) -> float:
-        """One ideal iteration replaying the real rollout ``real`` and updating for ``epochs``
-        epochs (the real update's); returns its seconds (kept when ``timed``)."""
+    def sync(self, agent: Agent, optimizer: torch.optim.Optimizer) -> None:
+        """Copy ``agent``'s parameters and ``optimizer``'s state (Adam's moments, step, lr) into
+        this loop's own tensors."""
+        self.agent.load_state_dict(agent.state_dict())
+        for mine, theirs in zip(self.optimizer.param_groups, optimizer.param_groups,
+                                strict=True):
+            mine["lr"] = theirs["lr"]
+            for p, q in zip(mine["params"], theirs["params"], strict=True):
+                for key, value in optimizer.state[q].items():
+                    state = self.optimizer.state[p]
+                    if key in state and isinstance(value, torch.Tensor):
+                        state[key].copy_(value)
+                    else:
+                        state[key] = value.clone() if isinstance(value, torch.Tensor) else value
+
+    def iterate(self, real: Rollout, epochs: int, agent: Agent, optimizer: torch.optim.Optimizer,
+                timed: bool = True) -> float:
+        """One ideal iteration from ``agent``'s and ``optimizer``'s current state, replaying the
+        real rollout ``real`` and updating for ``epochs`` epochs (the real update's); returns
+        all the seconds it took, the copying included (its timed part kept when ``timed``)."""
+        t_all = time.perf_counter()
+        self.sync(agent, optimizer)
         self.env.load(real)
         torch.logical_not(real.valid[0], out=self.buf.prev_ended)  # the same first step kept
-        t0 = time.perf_counter()
         device = torch.device(self.args.device)
         devices = [device] if device.type == "cuda" else []
+        clock = Clock()
         with torch.random.fork_rng(devices=devices):  # training's random stream is untouched
-            collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, Clock(),
+            t0, cpu0 = time.perf_counter(), time.thread_time()
+            collect(self.env, self.agent, self.buf, self.env.obs, self.env.info, clock,
                     self.bounds, self.torch_actions)
+            t1 = time.perf_counter()
             scale = self.books.observe(self.buf)
             self.last_stats = update(self.agent, self.optimizer, self.buf, self.args, scale,
                                      self.generator, epochs=epochs)
-        spent = time.perf_counter() - t0
+            clock.add("learning", t1)
+            spent, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
         if timed:
             self.times.append(spent)
-        return spent
+            self.cpu_times.append(cpu)
+            for phase, seconds in clock.seconds.items():
+                self.clock.seconds[phase] += seconds
+        return time.perf_counter() - t_all
 
     @property
     def steps_per_s(self) -> float:
         """Steps/s of the median timed iteration (nan before any)."""
-        if not self.times:
-            return float("nan")
-        return self.args.num_steps * self.args.num_envs / float(np.median(self.times))
+        return median_rate(self.times, self.args.num_steps * self.args.num_envs)
 
     @property
     def steps_per_s_iqr(self) -> tuple[float, float]:
         """Steps/s of the 75th and 25th percentile iteration times (the spread)."""
-        if not self.times:
-            return (float("nan"), float("nan"))
-        q1, q3 = np.percentile(self.times, [25, 75])
-        batch = self.args.num_steps * self.args.num_envs
-        return (batch / q3, batch / q1)
+        return iqr_rates(self.times, self.args.num_steps * self.args.num_envs)
+
+
+def median_rate(seconds: list[float], batch: int) -> float:
+    """Steps/s of the median of ``seconds`` (iterations of ``batch`` steps; nan if none)."""
+    return batch / float(np.median(seconds)) if seconds else float("nan")
+
+
+def iqr_rates(seconds: list[float], batch: int) -> tuple[float, float]:
+    """Steps/s of the 75th and 25th percentile of ``seconds`` (nan, nan if none)."""
+    if not seconds:
+        return (float("nan"), float("nan"))
+    q1, q3 = np.percentile(seconds, [25, 75])
+    return (batch / q3, batch / q1)
 
 
 # --- training ---------------------------------------------------------------------------------
@@ -697,9 +751,13 @@ def make_rollout(args: Args, agent: Agent, info: dict[str, Any], device: torch.d
 
 
 def build_agent(env: Any, args: Args) -> Agent:
-    agent = Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
-                  args.norm_obs, args.activation, args.log_std_init).to(args.device)
-    return agent
+    return new_agent(env.single_observation_space, env.single_action_space, args)
+
+
+def new_agent(obs_space: spaces.Space, action_space: spaces.Space, args: Args) -> Agent:
+    """A freshly initialised agent for these spaces and ``args`` (on ``args.device``)."""
+    return Agent(obs_space, action_space, args.hidden_sizes, args.norm_obs, args.activation,
+                 args.log_std_init).to(args.device)
 
 
 def make_optimizer(agent: Agent, args: Args) -> torch.optim.Optimizer:
@@ -769,6 +827,15 @@ class Summary:
     curve: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
     stop_reason: str  # "target", "time limit" or "steps" (the budget used up)
+    # the real loop's iterations timed as the ideal's (rollout, bookkeeping, update): median
+    # and 25th-75th percentile as steps/s, like for like with sps_ideal
+    sps_iteration: float = float("nan")
+    sps_iteration_iqr: tuple[float, float] = (float("nan"), float("nan"))
+    # median thread CPU seconds of an iteration, real and ideal (less noisy than wall under load)
+    cpu_per_iteration: dict[str, float] = field(default_factory=dict)
+    # seconds per phase of a timed ideal iteration (env, inference, learning)
+    ideal_times: dict[str, float] = field(default_factory=dict)
+    above_ideal: bool = False  # end-to-end above the ideal's IQR: a bug (or a burst of load)
 
 
 def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
@@ -802,7 +869,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                 action = torch.clamp(action, *bounds)
             e.step(action if torch_actions else action.cpu().numpy())
     next_obs, next_info = env.reset(seed=args.seed)
-    ideal = IdealLoop(agent, optimizer, args, next_obs, next_info, bounds, torch_actions)
+    ideal = (IdealLoop(agent, optimizer, args, next_info, bounds, torch_actions)
+             if args.ideal_every else None)
     compile_s = time.perf_counter() - t_build
 
     # -- train
@@ -817,6 +885,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     stop_reason = "steps"
     last_eval_step, steps, stats = 0, 0, {}
     last_eval: EvalResult | None = None
+    iteration_s: list[float] = []  # each real iteration, timed as the ideal's
+    iteration_cpu: list[float] = []
     start = time.perf_counter()  # moved forward by the ideal iterations: off the clock
 
     def elapsed() -> float:
@@ -838,13 +908,19 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         if args.anneal_lr:
             optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1)
                                                                     / iterations)
+        t_iteration, cpu_iteration = time.perf_counter(), time.thread_time()
         next_obs, next_info = collect(env, agent, buf, next_obs, next_info, clock, bounds,
                                       torch_actions)
         steps += batch
         t0 = time.perf_counter()
         scale = books.observe(buf)
         stats = update(agent, optimizer, buf, args, scale, generator)
-        clock.add("learning", t0)
+        iteration_s.append(clock.add("learning", t0) - t_iteration)
+        iteration_cpu.append(time.thread_time() - cpu_iteration)
+        if ideal is not None and (iteration % args.ideal_every == 0 or iteration == iterations):
+            # this iteration again with an instant env, right after it (the same load), before
+            # the evaluation (after one, its learning measured 3% more CPU at 256 envs)
+            start += ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
 
         eval_return = None
         due = args.eval_every > 0 and steps - last_eval_step >= args.eval_every
@@ -874,10 +950,6 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                                  eval_complete=eval_return is None or last_eval.complete))
         if stop:
             break
-        if args.ideal_every and iteration % args.ideal_every == 0:
-            # two in a row, the second timed: switching loops leaves the caches cold
-            epochs = int(stats["epochs"])
-            start += ideal.iterate(buf, epochs, timed=False) + ideal.iterate(buf, epochs)
     wall_s = elapsed()
     train_s = wall_s - clock.seconds["evaluation"]
 
@@ -886,11 +958,11 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         last_eval = run_eval(steps, play_out=True)
     final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
                   "returns": last_eval.returns}
-    epochs = int(stats["epochs"])
-    ideal.iterate(buf, epochs, timed=False)
-    while len(ideal.times) < IDEAL_MIN_ITERATIONS:  # a short run: enough for a median and IQR
-        ideal.iterate(buf, epochs)
-    sps_ideal = ideal.steps_per_s
+    while ideal is not None and len(ideal.times) < IDEAL_MIN_ITERATIONS:
+        ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)  # a short run: enough for
+        # a median and IQR (the last iteration again)
+    ideal_s, ideal_cpu = (ideal.times, ideal.cpu_times) if ideal else ([], [])
+    sps_ideal, ideal_iqr = median_rate(ideal_s, batch), iqr_rates(ideal_s, batch)
     env.close()
     eval_env.close()
     sps_e2e = steps / train_s
@@ -898,10 +970,17 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         args=_jsonable(asdict(args)), solved_at_s=solved_at_s, solved_at_steps=solved_at_steps,
         compile_s=compile_s, total_steps=steps, wall_s=wall_s,
         sps_env=steps / max(clock.seconds["env"], 1e-9), sps_ideal=sps_ideal,
-        sps_ideal_iqr=ideal.steps_per_s_iqr, ideal_iterations=len(ideal.times),
+        sps_ideal_iqr=ideal_iqr, ideal_iterations=len(ideal_s),
         sps_end_to_end=sps_e2e, efficiency=sps_e2e / sps_ideal, times=dict(clock.seconds),
         final_eval_return=last_eval.mean_return, final_eval=final_eval, curve=curve,
-        evaluations=evaluations, stop_reason=stop_reason)
+        evaluations=evaluations, stop_reason=stop_reason,
+        sps_iteration=median_rate(iteration_s, batch),
+        sps_iteration_iqr=iqr_rates(iteration_s, batch),
+        cpu_per_iteration={"real": float(np.median(iteration_cpu)),
+                           "ideal": float(np.median(ideal_cpu)) if ideal_cpu else float("nan")},
+        ideal_times={k: v / len(ideal_s) for k, v in ideal.clock.seconds.items()
+                     if k != "evaluation"} if ideal_s else {},
+        above_ideal=bool(sps_e2e > ideal_iqr[1]))
     return agent, summary
 
 

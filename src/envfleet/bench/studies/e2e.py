@@ -16,9 +16,11 @@ but the final one (off the clock). The contenders run the same game with the sam
 
 Reported per point: end-to-end steps/s (the loop's wall clock, as ``envfleet train`` reports
 it) with the per-iteration median and spread, the ideal loop's median and interquartile range
-(``ppo.IdealLoop``: the same rollout, bookkeeping and update against a replayed env), env-only
-steps/s, and the seconds per update spent stepping the env, in inference and in learning. The
-ideal loop is an upper bound of the same work: end-to-end above its IQR's upper end is flagged.
+(``ppo.IdealLoop``: the same rollout, bookkeeping and update against a replayed env, one timed
+right after each real iteration), the real iterations timed the same way (``iter/ideal``: like
+for like), env-only steps/s, and the seconds per update spent stepping the env, in inference
+and in learning (real and ideal). The ideal loop is an upper bound of the same work:
+end-to-end above its IQR's upper end is flagged.
 ``--repeats R``: 3R iterations per point (the spread is over iterations).
 """
 
@@ -76,7 +78,7 @@ def train_args(preset_env: str, env_id: str, backend: str, num_envs: int, iterat
 
 
 def train_point(preset_env: str, env_id: str, backend: str, num_envs: int, iterations: int,
-                ideal_every: int = 2, seed: int = 1, env_kwargs: dict | None = None
+                ideal_every: int = 1, seed: int = 1, env_kwargs: dict | None = None
                 ) -> dict[str, Any]:
     """One ``ppo.train`` run (a study Task): its rates, ideal IQR and time split per update."""
     from envfleet.bench.measure import background_load, cpu_seconds
@@ -105,7 +107,12 @@ def train_point(preset_env: str, env_id: str, backend: str, num_envs: int, itera
         "sps_end_to_end": summary.sps_end_to_end, "sps_env": summary.sps_env,
         "sps_ideal": summary.sps_ideal, "sps_ideal_q1": low, "sps_ideal_q3": high,
         "ideal_iterations": summary.ideal_iterations, "efficiency": summary.efficiency,
-        "above_ideal": bool(summary.sps_end_to_end > high),
+        "above_ideal": summary.above_ideal,
+        "sps_iteration": summary.sps_iteration,
+        "sps_iteration_q1": float(summary.sps_iteration_iqr[0]),
+        "sps_iteration_q3": float(summary.sps_iteration_iqr[1]),
+        "cpu_per_iteration": summary.cpu_per_iteration,
+        "ideal_seconds_per_update": summary.ideal_times,
         "seconds_per_update": per_update, "compile_s": summary.compile_s,
         "us_per_call_median": 1e6 * sorted(iteration_s)[n // 2] / args.num_steps,
         "cores_used": (round((cpu1[1] - cpu0[1]) / wall, 3) if cpu0 and cpu1 else None),
@@ -156,7 +163,7 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                      human(r["sps_end_to_end"]) + flag, human(r["steps_per_s"]), spread_text(r),
                      f"{human(r['sps_ideal'])} ({human(r['sps_ideal_q1'])}-"
                      f"{human(r['sps_ideal_q3'])})", f"{r['efficiency']:.2f}",
-                     f"{r['steps_per_s'] / r['sps_ideal']:.2f}",
+                     f"{r['sps_iteration'] / r['sps_ideal']:.2f}",
                      human(r["sps_env"]), ms(t["env"]), ms(t["inference"]),
                      ms(t["learning"]), ms(t["other"])])
     parts = [
@@ -166,11 +173,13 @@ def markdown(rows: list[dict[str, Any]]) -> str:
         "nothing: median iteration and interquartile range), end-to-end / ideal, env-only "
         "steps/s (env steps over the time inside `env.step`), and milliseconds per update "
         "(one rollout of num_envs x num_steps steps and its PPO update) by phase. "
-        "⚠: end-to-end above the ideal's IQR. The ideal loop does the same work minus the env, "
-        "so that is either a bug or the machine's load changing during the run: end-to-end is "
-        "the mean over all iterations, the ideal's iterations are timed every other iteration "
-        "and at the end, so `iter/ideal` (the median real iteration over the median ideal one) "
-        "and the per-iteration rates in the JSON lines tell which.", "",
+        "⚠: end-to-end above the ideal's IQR. The ideal loop does the same work minus the env "
+        "(one iteration right after each real one, replaying its observations from the same "
+        "parameters), so that is either a bug or a burst of load on the machine: `iter/ideal` "
+        "(the median real iteration over the median ideal one, both timed the same way: "
+        "rollout, bookkeeping and update) compares like for like, and the JSON lines hold "
+        "each's thread CPU per iteration (`cpu_per_iteration`, less sensitive to load) and the "
+        "ideal's ms per phase (`ideal_seconds_per_update`).", "",
         md_table(["env", "series", "num_envs", "end-to-end", "median iter", "±",
                   "ideal (IQR)", "e2e/ideal", "iter/ideal", "env-only", "env ms", "inference ms",
                   "learning ms", "other ms"], body),
