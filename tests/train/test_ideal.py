@@ -163,6 +163,23 @@ def test_train_times_an_ideal_iteration_right_after_each_real_one(monkeypatch):
     assert summary.ideal_iterations == iterations
 
 
+def test_a_longer_run_times_every_ideal_every_th_iteration(monkeypatch):
+    """After the first IDEAL_MIN_ITERATIONS (a short run's median and IQR, interleaved), one
+    ideal iteration every ``ideal_every`` real ones (and after the last): the ideal costs as
+    much as a real update, so timing every one would double the wall time."""
+    order = record_loops(monkeypatch)
+    first = ppo.IDEAL_MIN_ITERATIONS
+    iterations = first + 5
+    args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
+                    total_steps=8 * 16 * iterations, eval_every=0, eval_episodes=4, seed=1,
+                    ideal_every=4)
+    _, summary = ppo.train(args)
+    expected = "".join("RI" if i <= first or i % 4 == 0 or i == iterations else "R"
+                       for i in range(1, iterations + 1))
+    assert "".join(order) == expected and expected.count("I") < iterations
+    assert summary.ideal_iterations == expected.count("I")
+
+
 def test_the_ideal_iteration_runs_before_the_evaluation(monkeypatch):
     """Right after the real update, as the real learning ran: not after an evaluation, which
     leaves the machine in another state (the ideal's learning measured 3% more CPU then)."""
@@ -185,8 +202,8 @@ def test_train_reports_the_ideal_median_its_spread_and_the_real_iterations(monke
                     total_steps=8 * 16 * 4, eval_every=0, eval_episodes=4, ideal_every=2,
                     seed=1)
     _, summary = ppo.train(args)
-    # a short run: ideal iterations after every second real one, then enough for a median
-    assert "".join(order) == "RRIRRI" + "I" * (ppo.IDEAL_MIN_ITERATIONS - 2)
+    # a short run: an ideal iteration after each real one, then enough for a median
+    assert "".join(order) == "RI" * 4 + "I" * (ppo.IDEAL_MIN_ITERATIONS - 4)
     low, high = summary.sps_ideal_iqr
     assert summary.ideal_iterations == ppo.IDEAL_MIN_ITERATIONS
     assert np.isfinite([low, summary.sps_ideal, high]).all()

@@ -119,9 +119,11 @@ class Args:
     """stop once an evaluation reaches target_return (False: use the whole budget)"""
     time_limit: float | None = None
     """wall-clock seconds of training (evaluations included) before stopping"""
-    ideal_every: int = 1
-    """after every this many real iterations, time one ideal iteration (the same work with an
-    env that costs nothing; off the training clock). 0: no ideal loop"""
+    ideal_every: int = 4
+    """after each of the first IDEAL_MIN_ITERATIONS real iterations, then after every this
+    many, time one ideal iteration (the same work with an env that costs nothing; off the
+    training clock, but it adds ~1/ideal_every to the wall time: the learner is most of an
+    iteration). 1: every iteration (the e2e study); 0: no ideal loop"""
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -917,7 +919,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         stats = update(agent, optimizer, buf, args, scale, generator)
         iteration_s.append(clock.add("learning", t0) - t_iteration)
         iteration_cpu.append(time.thread_time() - cpu_iteration)
-        if ideal is not None and (iteration % args.ideal_every == 0 or iteration == iterations):
+        if ideal is not None and (iteration <= IDEAL_MIN_ITERATIONS or iteration == iterations
+                                  or iteration % args.ideal_every == 0):
             # this iteration again with an instant env, right after it (the same load), before
             # the evaluation (after one, its learning measured 3% more CPU at 256 envs)
             start += ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
