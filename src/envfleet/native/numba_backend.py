@@ -243,21 +243,27 @@ class NumbaEngine:
         """Threads the next step runs on (1 when adaptive threads chose the serial kernel)."""
         return self.num_threads if self._step is self._kernels[1] and self._parallel else 1
 
-    def _choose_kernel(self) -> Any:
-        """The kernel for this step: the current choice, or every ``PROBE_EVERY`` steps the
-        other one (a probe), after switching to it when its recent steps were clearly
-        faster."""
+    def _choose_kernel(self) -> tuple[Any, bool]:
+        """(the kernel for this step, whether to time it): the current choice, or every
+        ``PROBE_EVERY`` steps the other one for two steps (a probe), after switching to it
+        when its recent steps were clearly faster. The probe's first step is not timed: after
+        63 steps on the other kernel it pays for waking threads and moving the envs' rows
+        between the cores' caches, which steady steps do not (timing it kept the engine on
+        one thread when two were faster)."""
         self._calls += 1
-        if self._calls % PROBE_EVERY:
-            return self._step
+        phase = self._calls % PROBE_EVERY
+        if 0 < phase < PROBE_EVERY - 1:
+            return self._step, True
         serial, parallel = self._kernels[:2]
         other = serial if self._step is parallel else parallel
+        if phase == 0:  # the probe's second step
+            return other, True
         times = self._times
         if times[other] and times[self._step] and (
                 statistics.median(times[other])
                 < SWITCH_MARGIN * statistics.median(times[self._step])):
             self._step, other = other, self._step
-        return other
+        return other, False
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
@@ -308,8 +314,8 @@ class NumbaEngine:
         ``copy=True`` without a copy pass; ``reset`` copies the obs before writing)."""
         a = as_numpy_actions(actions, self.spec, self.num_envs)
         self._threads()
-        kernel = self._choose_kernel() if self._adapt else self._step
-        timed = self._adapt and kernel in self._entry_points  # not a first call (a compile)
+        kernel, timed = self._choose_kernel() if self._adapt else (self._step, False)
+        timed = timed and kernel in self._entry_points  # not a first call (a compile)
         outputs = self._outputs
         if fresh:
             outputs = tuple(np.empty(b.shape, b.dtype) for b in outputs)
