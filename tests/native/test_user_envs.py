@@ -470,3 +470,40 @@ def test_kernel_numba_cannot_type_is_explained():
     assert "must not allocate" in message and "spec.tables()" in message
     assert "docs/NATIVE_ENVS.md" in message
     assert isinstance(caught.value.__cause__, numba.core.errors.TypingError)
+
+
+# --- debugging kernels as plain Python ------------------------------------------------------
+
+DEBUG_RUN = """
+import json, sys
+import numpy as np
+import envfleet
+
+env = envfleet.make("CartPole-v1", 3, backend="numba", seed=0, autoreset_mode=sys.argv[1],
+                    max_episode_steps=10)
+obs, _ = env.reset(seed=5)
+seen = [obs.tolist()]
+for t in range(25):
+    obs, rewards, terminated, truncated, _ = env.step(np.array([t % 2, 1, 0]))
+    seen.append([obs.tolist(), rewards.tolist(), terminated.tolist(), truncated.tolist()])
+print(json.dumps(seen))
+"""
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_numba_disable_jit_runs_the_kernels_as_python_with_the_same_results(mode: str) -> None:
+    """``NUMBA_DISABLE_JIT=1`` (to step through a family in a debugger) runs the same
+    trajectories as the compiled kernels."""
+    import json
+    import os
+    import subprocess
+    import sys
+
+    def run(disable: str) -> list:
+        env = {**os.environ, "NUMBA_DISABLE_JIT": disable, "ENVFLEET_QUIET": "1"}
+        done = subprocess.run([sys.executable, "-c", DEBUG_RUN, mode], capture_output=True,
+                              text=True, env=env, timeout=300)
+        assert done.returncode == 0, done.stderr
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    assert run("1") == run("0")

@@ -282,6 +282,8 @@ class NumbaEngine:
         entry = self._entry_points.get(kernel)
         if entry is not None:
             return entry(*args)
+        if not hasattr(kernel, "overloads"):  # NUMBA_DISABLE_JIT=1: plain Python, debuggable
+            return kernel(*args)
         signature = tuple(numba.typeof(a) for a in args)
         result = kernel(*args)  # loaded from disk, or compiled (announced: ``announce``)
         self._entry_points[kernel] = kernel.overloads[signature].entry_point
