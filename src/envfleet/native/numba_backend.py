@@ -221,7 +221,6 @@ class NumbaEngine:
                     np.zeros(num_envs, np.int64))
         self._all = np.ones(num_envs, dtype=np.bool_)
         self._handed_out = False  # the outputs are a ``fresh`` step's, handed to its caller
-        self._outputs = (self._obs_rows, self.rewards, self.terminated, self.truncated)
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
         self._parallel = num_threads > 1 and num_envs >= min_envs
@@ -296,7 +295,8 @@ class NumbaEngine:
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         mask = self._all if mask is None else np.array(mask, dtype=np.bool_)  # C, writable
         if self._handed_out:  # the last step's obs belong to its caller: write into a copy
-            self._set_outputs(self._obs_rows.copy(), *self._outputs[1:])
+            self._set_outputs(self._obs_rows.copy(), self.rewards, self.terminated,
+                              self.truncated)
             self._handed_out = False
         self._call(self._reset, self.num_envs, mask,
                     self._no_seeds if new_seeds is None else np.array(new_seeds, np.uint64),
@@ -318,10 +318,11 @@ class NumbaEngine:
         self._threads()
         kernel, timed = self._choose_kernel() if self._adapt else (self._step, False)
         timed = timed and kernel in self._entry_points  # not a first call (a compile)
-        outputs = self._outputs
+        obs, rewards, terminated, truncated = self._obs_rows, self.rewards, self.terminated, \
+            self.truncated  # (named, not a * call: ~0.2 us less at 1 env)
         if fresh:
-            outputs = tuple(np.empty(b.shape, b.dtype) for b in outputs)
-        obs, rewards, terminated, truncated = outputs  # (a * call costs ~0.2 us at 1 env)
+            obs, rewards, terminated, truncated = (np.empty(b.shape, b.dtype) for b in (
+                obs, rewards, terminated, truncated))
         t0 = time.perf_counter()
         result = self._call(kernel, self._chunks, self.num_envs, self._kernel_state, a,
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
@@ -333,15 +334,15 @@ class NumbaEngine:
             raise refused_step_error(self.spec, index, a,
                                      self.mode == DISABLED and bool(self.pending[index]), self)
         if fresh:
-            self._set_outputs(*outputs)
+            self._set_outputs(obs, rewards, terminated, truncated)
             self._handed_out = True
         return result
 
     def _set_outputs(self, obs_rows: np.ndarray, rewards: np.ndarray, terminated: np.ndarray,
                      truncated: np.ndarray) -> None:
         """Make these the buffers the kernels write and the vector env hands out."""
-        self._outputs = (obs_rows, rewards, terminated, truncated)
-        self._obs_rows, self.rewards, self.terminated, self.truncated = self._outputs
+        self._obs_rows, self.rewards, self.terminated, self.truncated = (
+            obs_rows, rewards, terminated, truncated)
         self.obs = obs_rows.reshape(self.obs.shape)
 
     def map_rows(self, row_fn: Any, dtype: Any) -> np.ndarray:
