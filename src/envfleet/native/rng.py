@@ -142,12 +142,8 @@ def _uniforms_loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, c
 @functools.cache
 def _draw_loop() -> Any:
     """The compiled loop of ``_uniforms_loop``, on the kernel cache (~0.5 s once per machine)."""
-    import numba
+    from envfleet.native.jit import host_loop
 
-    from envfleet.native.jit import announce_compile
-    from envfleet.native.kernel_cache import disk_cached, is_disk_cached
-
-    @numba.njit(boundscheck=False, nogil=True)
     def loop(seeds: np.ndarray, episodes: np.ndarray, steps: np.ndarray, low: np.ndarray,
              high: np.ndarray, out: np.ndarray) -> None:
         for i in range(out.shape[0]):
@@ -162,8 +158,7 @@ def _draw_loop() -> Any:
                 bits = mix64(key ^ mix64(base + counter * np.uint64(_GOLDEN)))
                 out[i, k] = lo + (hi - lo) * (np.float64(bits >> np.uint64(11)) * _TO_UNIT)
 
-    return disk_cached(loop, on_compile=lambda: announce_compile(
-        "draws", "the reset draws loop", "torch", 0.5, cached=is_disk_cached(loop)))
+    return host_loop(loop, "draws", "the reset draws loop")
 
 
 def _mix64_numpy(z: np.ndarray) -> np.ndarray:

@@ -148,16 +148,11 @@ def _sincos_loop() -> Callable[[np.ndarray, np.ndarray, np.ndarray], None]:
     one call of libm's ``sincos``, which reduces the argument once and returns the bits ``sin``
     and ``cos`` return (~35% less time than ``np.sin`` + ``np.cos``, each a pass through libm).
     On the kernel cache: compiled once per machine (~0.5 s)."""
-    import numba
+    from envfleet.native.jit import host_loop
 
-    from envfleet.native.jit import announce_compile
-    from envfleet.native.kernel_cache import disk_cached, is_disk_cached
-
-    @numba.njit(boundscheck=False, nogil=True)
     def loop(x: np.ndarray, s: np.ndarray, c: np.ndarray) -> None:
         for i in range(x.shape[0]):
             s[i] = math.sin(x[i])
             c[i] = math.cos(x[i])
 
-    return disk_cached(loop, on_compile=lambda: announce_compile(
-        "sincos", "the sin/cos loop", "torch", 0.5, cached=is_disk_cached(loop)))
+    return host_loop(loop, "sincos", "the sin/cos loop")
