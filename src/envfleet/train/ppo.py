@@ -644,11 +644,12 @@ class IdealLoop:
     off the clock). What end-to-end training would reach with an env that costs nothing: an
     upper bound of the real loop.
 
-    ``train`` runs one ideal iteration after every ``args.ideal_every`` real ones, each timed
-    exactly as a real iteration is (wall and thread CPU of rollout, bookkeeping and update),
-    so both see the same machine load and the same cache state; their time is kept off the
-    training clock. ``times``: the timed iterations' seconds; ``steps_per_s`` is the median's
-    rate, with its IQR; ``clock`` their time per phase.
+    ``train`` runs one ideal iteration after each of the first ``IDEAL_MIN_ITERATIONS`` real
+    ones, then after every ``args.ideal_every``, each timed exactly as a real iteration is
+    (wall and thread CPU of rollout, bookkeeping and update), so both see the same machine
+    load and the same cache state; their time is kept off the training clock. ``times``: the
+    timed iterations' seconds; ``steps_per_s`` is the median's rate, with its IQR; ``clock``
+    their time per phase.
     """
 
     def __init__(self, agent: Agent, optimizer: torch.optim.Optimizer, args: Args,
@@ -683,11 +684,11 @@ class IdealLoop:
                     else:
                         state[key] = value.clone() if isinstance(value, torch.Tensor) else value
 
-    def iterate(self, real: Rollout, epochs: int, agent: Agent, optimizer: torch.optim.Optimizer,
-                timed: bool = True) -> float:
+    def iterate(self, real: Rollout, epochs: int, agent: Agent,
+                optimizer: torch.optim.Optimizer) -> float:
         """One ideal iteration from ``agent``'s and ``optimizer``'s current state, replaying the
-        real rollout ``real`` and updating for ``epochs`` epochs (the real update's); returns
-        all the seconds it took, the copying included (its timed part kept when ``timed``)."""
+        real rollout ``real`` and updating for ``epochs`` epochs (the real update's); its timed
+        part is kept; returns all the seconds it took, the copying included."""
         t_all = time.perf_counter()
         self.sync(agent, optimizer)
         self.env.load(real)
@@ -705,11 +706,10 @@ class IdealLoop:
                                      self.generator, epochs=epochs)
             clock.add("learning", t1)
             spent, cpu = time.perf_counter() - t0, time.thread_time() - cpu0
-        if timed:
-            self.times.append(spent)
-            self.cpu_times.append(cpu)
-            for phase, seconds in clock.seconds.items():
-                self.clock.seconds[phase] += seconds
+        self.times.append(spent)
+        self.cpu_times.append(cpu)
+        for phase, seconds in clock.seconds.items():
+            self.clock.seconds[phase] += seconds
         return time.perf_counter() - t_all
 
     @property
