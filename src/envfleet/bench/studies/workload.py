@@ -49,24 +49,10 @@ WORK_BUDGET = {"numba": 1e7, "cuda": 1e10, "torch": 1e6, "serial": 2e4, "pool": 
 DEFAULT_SECONDS = 0.2
 
 
-class CartPoleWorkParams(NamedTuple):
-    """CartPole-v1's params and the work factor k."""
-
-    gravity: float
-    masscart: float
-    masspole: float
-    total_mass: float
-    length: float
-    polemass_length: float
-    force_mag: float
-    tau: float
-    theta_threshold_radians: float
-    x_threshold: float
-    reset_low: float
-    reset_high: float
-    euler: bool
-    sutton_barto_reward: bool
-    work: int  # the physics runs ``work`` times per step (k)
+#: CartPole-v1's params (its fields, in its order) and the work factor k: the physics runs
+#: ``work`` times per step
+CartPoleWorkParams = NamedTuple(
+    "CartPoleWorkParams", [*cartpole.CartPoleParams.__annotations__.items(), ("work", int)])
 
 
 def make_params(work: int = 1, **kwargs: Any) -> CartPoleWorkParams:
