@@ -433,23 +433,11 @@ def test_infos_after_a_restarted_worker_makes_a_segment_of_the_same_number() -> 
         env.close()
 
 
-class FlatInfoEnv(gym.Env):
+class FlatInfoEnv(CountingInfoEnv):
     """A flat info layout (a Python int, a NumPy float32, an int16 array) that some env breaks
     for one step at a time: a float for the int (t = 4), the keys in another order (t = 5), a
     key missing (t = 6), a bool for the int (t = 7), an array of another dtype (t = 8), no
     info at all (t = 9); the layout holds again from t = 10."""
-
-    metadata: ClassVar[dict] = {"render_modes": []}
-
-    def __init__(self, index: int) -> None:
-        self.index, self.t = index, 0
-        self.observation_space = spaces.Box(-1e6, 1e6, (1,), dtype=np.float64)
-        self.action_space = spaces.Discrete(2)
-
-    def reset(self, *, seed: int | None = None, options: dict | None = None):
-        super().reset(seed=seed)
-        self.t = 0
-        return np.zeros(1), {}
 
     def step(self, action):
         self.t += 1
