@@ -8,10 +8,6 @@ CartPole step), so sizes stay small.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
 import warnings
 
 import numpy as np
@@ -19,6 +15,7 @@ import pytest
 
 import envfleet
 from envfleet.registry import backend_status
+from tests.cuda_helpers import assert_kernels_lower, assert_same, host, only_under_simulator
 
 _UNAVAILABLE = backend_status("cuda")
 pytestmark = pytest.mark.skipif(
@@ -28,13 +25,6 @@ pytestmark = pytest.mark.skipif(
 )
 
 MODES = ("NextStep", "SameStep", "Disabled")
-
-
-def host(x):
-    """A NumPy copy of a backend output (torch tensor on any device, or NumPy array)."""
-    if hasattr(x, "detach"):
-        return x.detach().cpu().numpy()
-    return np.array(x)
 
 
 def pair(n, mode="NextStep", seed=7, max_episode_steps=12, **cuda_options):
@@ -48,12 +38,6 @@ def actions_at(t, n):
     """Even envs always push right (they fall: terminated); odd envs alternate (they balance
     until the time limit: truncated)."""
     return np.where(np.arange(n) % 2 == 0, 1, t % 2).astype(np.int64)
-
-
-def assert_same(cuda_out, numba_out, what):
-    c, r = host(cuda_out), np.asarray(numba_out)
-    assert c.dtype == r.dtype, (what, c.dtype, r.dtype)
-    np.testing.assert_array_equal(c, r, err_msg=what)
 
 
 def assert_same_state(cenv, nenv):
@@ -281,51 +265,12 @@ def test_no_overflow_warnings_escape():
     assert not [w for w in caught if "overflow" in str(w.message)], caught
 
 
-_LOWER_FOR_GPU = textwrap.dedent("""
-    import sys, types
-    import numpy as np
-    import numba.cuda.dispatcher as dispatcher
-    if not hasattr(dispatcher, "get_current_device"):
-        sys.exit(3)
-    # Device functions ask the current GPU for its compute capability: pretend one (sm_90).
-    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    from numba.cuda.compiler import compile_cuda
-    from numba.cuda.typing.typeof import typeof
-    from envfleet.envs import FAMILIES
-    from envfleet.native import cuda_backend, driver
-    n = 4
-    for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"):
-        spec = FAMILIES[env_id]
-        state = spec.state_type(**spec.allocate_state(n))
-        params = spec.make_params()
-        rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
-        obs = np.zeros((n, spec.observation_space.shape[0]), np.float32)
-        flags, counters = np.zeros(n, np.bool_), np.zeros(3, np.int64)
-        rewards = np.zeros(n, np.float32)
-        actions = np.ascontiguousarray(driver.valid_actions(spec.action_space, n))
-        bounds = driver.action_format(spec.action_space).bounds
-        for mode in (driver.NEXT_STEP, driver.SAME_STEP, driver.DISABLED):
-            validate, step, reset = cuda_backend.compile_kernels(spec, mode)
-            for kernel, args in (
-                (validate, (n, state, params, actions, bounds, flags, counters, 0)),
-                (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags,
-                        flags, obs, counters, 0)),
-                (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),
-            ):
-                compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
-""")
-
-
-@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                    reason="a simulator-only check (on a GPU the other tests compile the "
-                    "kernels for real)")
+@only_under_simulator
 def test_kernels_type_and_lower_for_a_real_gpu():
-    """The simulator runs kernels as Python, so it cannot catch code the CUDA target rejects:
-    type-check and lower every kernel to LLVM IR for sm_90 in a process without the simulator
-    (no GPU or NVVM needed; PTX generation is not checked)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", _LOWER_FOR_GPU], env=env, capture_output=True,
-                          text=True, timeout=300)
-    if done.returncode == 3:
-        pytest.skip("numba-cuda internals changed (dispatcher.get_current_device)")
-    assert done.returncode == 0, done.stderr[-4000:]
+    """CartPole's and the Box families' kernels, in every autoreset mode, lower for sm_90."""
+    assert_kernels_lower("""
+        from envfleet.envs import FAMILIES
+        for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"):
+            spec = FAMILIES[env_id]
+            lower_kernels(spec, spec.make_params(), MODES)
+    """)

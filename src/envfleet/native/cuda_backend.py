@@ -1,11 +1,14 @@
 """The ``cuda`` backend: the shared driver lifted into CUDA kernels, one thread per env.
 
 Every buffer lives in device memory, allocated once; users see it as torch tensors that share
-that memory (no copy). A step is two launches and one host sync: a validation kernel records
-the first env whose step must be refused (``cuda.atomic.min``), then the step kernel runs
-``begin``/``advance``/``finish`` for each env, counting ended episodes (``cuda.atomic.add``),
-unless the validation refused the step, in which case no env moves. The host then reads both
-results in one small copy and raises for a refused step.
+that memory (no copy). A step is a fixed sequence on torch's current stream: arm a 4-int device
+counter, a validation kernel that records the first env whose step must be refused
+(``cuda.atomic.min``), the step kernel that runs ``begin``/``advance``/``finish`` for each env
+(counting ended episodes, ``cuda.atomic.add``) unless the validation refused the step (then no
+env moves), and one asynchronous copy of the counter into pinned host memory. On a GPU that
+sequence is captured once into a CUDA graph and replayed (a step costs one graph launch and one
+wait, not two numba dispatches of ~14 arguments each); ``rollout`` enqueues many steps with one
+wait at the end.
 
 Under Numba's CUDA simulator (``NUMBA_ENABLE_CUDASIM=1``, set before Python starts) the same
 kernels run as Python threads over device arrays that wrap host memory; the engine then
@@ -16,8 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import numpy as np
@@ -39,10 +43,18 @@ from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 #: True when numba-cuda runs kernels in its simulator (no GPU involved).
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 
-# The 3-int device counter a step uses: two ping-pong slots for the smallest refused env index
-# (``num_envs`` = none refused) and the count of ended episodes. Step k's validation fills slot
-# k % 2 and re-arms the other slot for step k + 1; nothing else is reset from the host.
-_ENDED = 2
+# The 4-int device counter of a step or a rollout (armed to ``[num_envs, 0, -1, 0]``):
+# REFUSED, the smallest env index whose step was refused (``num_envs``: none); ENDED, the
+# episodes that ended; REFUSED_AT, the step (counted from the arming) at which the first
+# refusal happened (-1: none); STEPS, the steps run since the arming. A refusal is sticky: from
+# the refused step on, no env moves until the counter is armed again.
+REFUSED, ENDED, REFUSED_AT, STEPS = 0, 1, 2, 3
+
+
+def _uses_graphs() -> bool:
+    """Whether steps replay a captured CUDA graph (real GPUs; ``ENVFLEET_CUDA_GRAPHS=0`` turns
+    it off, e.g. to compare)."""
+    return not SIMULATOR and os.environ.get("ENVFLEET_CUDA_GRAPHS", "1") != "0"
 
 
 @functools.cache
@@ -51,31 +63,37 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (
     """(validate, step, reset) CUDA kernels of ``spec`` for autoreset ``mode``.
 
     Compiled lazily on first launch (per argument types), from the same scalar functions the
-    numba backend compiles. ``counters`` is the 3-int device array described above. The
-    params fields named in ``per_env`` are read from per-env columns (``split_params``: the
-    kernels' ``state`` argument is then the flat tuple ``(*state, *columns)``).
+    numba backend compiles. ``counters`` is the 4-int device array described above; ``saved``
+    receives the first refused env's action (a row). The params fields named in ``per_env``
+    are read from per-env columns (``split_params``: the kernels' ``state`` argument is then
+    the flat tuple ``(*state, *columns)``).
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, params_type)
+    save_action = _save_discrete if action_format(spec.action_space).integer else _save_box
 
     @cuda.jit
-    def validate(n, state, params, actions, bounds, pending, counters, slot):
+    def validate(n, state, params, actions, bounds, pending, counters):
         i = cuda.grid(1)
-        if i == 0:
-            counters[_ENDED] = 0
-            counters[1 - slot] = n  # arm the next step's slot (this step's was armed before)
-        if i < n and refuse(i, state, params, actions, bounds, pending):
-            cuda.atomic.min(counters, slot, i)
+        if i < n and counters[REFUSED_AT] < 0 and refuse(i, state, params, actions, bounds,
+                                                         pending):
+            cuda.atomic.min(counters, REFUSED, i)
 
     @cuda.jit
     def step(n, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
-             truncated, final_obs, counters, slot):
+             truncated, final_obs, counters, saved):
         i = cuda.grid(1)
-        if i >= n or counters[slot] < n:  # out of range, or the step was refused: move nothing
+        refused = counters[REFUSED]  # final: the validation ran before, on the same stream
+        if i == 0:
+            if refused < n and counters[REFUSED_AT] < 0:
+                counters[REFUSED_AT] = counters[STEPS]
+                save_action(refused, actions, saved)
+            counters[STEPS] += 1
+        if i >= n or refused < n:  # out of range, or a step was refused: move nothing
             return
         begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
         if advance(i, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
                    truncated):
-            cuda.atomic.add(counters, _ENDED, 1)
+            cuda.atomic.add(counters, ENDED, 1)
         finish(i, state, params, rng, obs, terminated, truncated, final_obs)
 
     @cuda.jit
@@ -85,6 +103,17 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
 
     return validate, step, reset
+
+
+@cuda.jit(device=True)
+def _save_discrete(i: int, actions: Any, saved: Any) -> None:
+    saved[0] = actions[i]
+
+
+@cuda.jit(device=True)
+def _save_box(i: int, actions: Any, saved: Any) -> None:
+    for k in range(actions.shape[1]):
+        saved[k] = actions[i, k]
 
 
 @functools.cache
@@ -166,6 +195,11 @@ class CudaEngine:
         action_shape = (num_envs,) if fmt.integer else (num_envs, int(np.prod(fmt.shape)))
         self._actions = _zeros(action_shape, fmt.dtype)
         self._actions_tensor = as_tensor(self._actions)
+        #: the action buffer as a batch of the action space (a view of the kernels' buffer)
+        self.actions = self._actions_tensor.view(num_envs, *fmt.shape)
+        self._saved = _zeros(action_shape[1:] or (1,), fmt.dtype)  # the refused env's action
+        self._saved_tensor = as_tensor(self._saved)
+        self._integer_actions = fmt.integer
 
         State = spec.state_type
         self._state = State(**{name: cuda.to_device(column)
@@ -188,9 +222,20 @@ class CudaEngine:
         self._all = cuda.to_device(np.ones(num_envs, dtype=np.bool_))
         self._mask = _zeros(num_envs, np.bool_)
         self._seeds = _zeros(num_envs, np.uint64)
-        self._counters = cuda.to_device(np.array([num_envs, num_envs, 0], dtype=np.int64))
-        self._counters_host = cuda.pinned_array(3, dtype=np.int64)
-        self._slot = 0
+        armed = np.array([num_envs, 0, -1, 0], dtype=np.int64)
+        self._counters = cuda.to_device(armed)
+        self._counters_tensor = as_tensor(self._counters)
+        self._armed_array = cuda.to_device(armed)
+        self._armed = as_tensor(self._armed_array)
+        # the one host read of a step: the counter, copied asynchronously into pinned memory
+        self._counters_host = torch.zeros(4, dtype=torch.int64, pin_memory=not SIMULATOR)
+        self._counters_view = self._counters_host.numpy()
+        self._streams: dict[int, Any] = {}  # numba's handle of each torch stream used
+        self._graph: Any = None  # the captured step, on a GPU (``_uses_graphs``)
+        #: whether steps and rollouts replay captured CUDA graphs
+        self.graphs = _uses_graphs()
+        self._graph_state = "warm-up" if self.graphs else "off"
+        self._announced = False
 
         # The user-facing views: torch tensors over the same memory.
         self.state = State(*(as_tensor(column) for column in self._state))
@@ -212,12 +257,17 @@ class CudaEngine:
 
     def _launch(self) -> tuple:
         """Launch configuration on torch's current stream, so kernels and the torch copies of
-        actions and outputs are ordered even inside a user's ``torch.cuda.stream(...)``."""
+        actions and outputs are ordered even inside a user's ``torch.cuda.stream(...)`` (and
+        captured into a graph inside ``torch.cuda.graph(...)``)."""
         if SIMULATOR:  # nothing compiles: the simulator runs the kernels as Python
             return self._grid
-        # the first launch of a kernel set compiles it (lazily, for these argument types)
-        announce_compile(self._kernels, self.spec.id, "cuda", self.spec.compile_seconds)
-        stream = cuda.external_stream(torch.cuda.current_stream().cuda_stream)
+        if not self._announced:  # the first launch of a kernel set compiles it (lazily)
+            announce_compile(self._kernels, self.spec.id, "cuda", self.spec.compile_seconds)
+            self._announced = True
+        handle = torch.cuda.current_stream().cuda_stream
+        stream = self._streams.get(handle)
+        if stream is None:
+            stream = self._streams[handle] = cuda.external_stream(handle)
         return (*self._grid, stream)
 
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
@@ -233,43 +283,87 @@ class CudaEngine:
                                        stream=stream)
         with _quiet_simulator():
             self._reset[launch](self.num_envs, mask_dev, self._seeds, new_seeds is not None,
-                                    self._kernel_state, self.kernel_params, self._rng,
-                                    self._pending,
-                                    self._obs_rows)
+                                self._kernel_state, self.kernel_params, self._rng,
+                                self._pending, self._obs_rows)
 
-    def _load_actions(self, actions: Any, stream: Any) -> None:
-        """Check the batch's shape and dtype kind, then copy it into the device action buffer."""
+    def load_actions(self, actions: Any) -> None:
+        """Check the batch's shape and dtype kind, then copy it into the device action buffer
+        (on torch's current stream; a host batch is copied from the host)."""
         if isinstance(actions, torch.Tensor):
             check_action_batch(actions, self.spec.action_space, self.num_envs)
             # torch converts the dtype and moves CPU tensors to the device as it copies.
             self._actions_tensor.copy_(actions.detach().reshape(self._actions_tensor.shape))
         else:
-            self._actions.copy_to_device(as_numpy_actions(actions, self.spec, self.num_envs),
-                                         stream=stream)
+            host = as_numpy_actions(actions, self.spec, self.num_envs)
+            self._actions_tensor.copy_(torch.from_numpy(np.ascontiguousarray(host)))
 
-    def step(self, actions: Any) -> int:
+    def arm(self) -> None:
+        """Re-arm the counter (no refusal, no ended episode, no step), on the current stream."""
+        self._counters_tensor.copy_(self._armed)
+
+    def enqueue_step(self) -> None:
+        """Validate then step every env with the action buffer, on torch's current stream,
+        without waiting: a refusal is recorded in the counter (``collect`` reports it)."""
         launch = self._launch()
-        stream = launch[2] if len(launch) > 2 else 0
-        self._load_actions(actions, stream)
-        n, slot = self.num_envs, self._slot
-        self._slot = 1 - slot
+        n = self.num_envs
         with _quiet_simulator():
             self._validate[launch](n, self._kernel_state, self.kernel_params, self._actions,
-                                       self._bounds, self._pending, self._counters, slot)
-            self._step[launch](n, self._kernel_state, self.kernel_params, self._actions, self._rng,
-                                   self.max_episode_steps, self._pending, self._obs_rows,
-                                   self._rewards, self._terminated, self._truncated,
-                                   self._final_obs_rows, self._counters, slot)
-        # the step's one sync
-        counters = self._counters.copy_to_host(self._counters_host, stream=stream)
-        if stream:
-            stream.synchronize()
-        refused = int(counters[slot])
-        if refused < n:
-            needs_reset = self.mode == DISABLED and bool(self._pending[refused])
-            raise refused_step_error(self.spec, refused, self._actions.copy_to_host(),
-                                     needs_reset, self)
-        return int(counters[_ENDED])
+                                   self._bounds, self._pending, self._counters)
+            self._step[launch](n, self._kernel_state, self.kernel_params, self._actions,
+                               self._rng, self.max_episode_steps, self._pending,
+                               self._obs_rows, self._rewards, self._terminated, self._truncated,
+                               self._final_obs_rows, self._counters, self._saved)
+
+    def _enqueue_counted_step(self) -> None:
+        """One step as ``step`` runs it: arm, validate + step, counter to pinned memory."""
+        self.arm()
+        self.enqueue_step()
+        self._counters_host.copy_(self._counters_tensor, non_blocking=True)
+
+    def collect(self, what: str = "") -> int:
+        """Wait for the enqueued work, raise for a refusal (``what``, formatted with the
+        refused ``step``, prefixes the message) and return the count of ended episodes."""
+        self._counters_host.copy_(self._counters_tensor, non_blocking=True)
+        return self._read_counters(what)
+
+    def _read_counters(self, what: str) -> int:
+        if not SIMULATOR:
+            torch.cuda.current_stream().synchronize()
+        refused, ended, refused_at = (int(v) for v in self._counters_view[:3])
+        if refused < self.num_envs:
+            needs_reset = self.mode == DISABLED and bool(self.pending[refused])
+            saved = self._saved_tensor.cpu().numpy()
+            action = saved[0] if self._integer_actions else saved
+            error = refused_step_error(self.spec, refused, action, needs_reset, self)
+            if what:
+                raise ValueError(what.format(step=refused_at) + str(error)) from None
+            raise error
+        return ended
+
+    def step(self, actions: Any) -> int:
+        self.load_actions(actions)
+        if self._graph_state == "on":
+            self._graph.replay()
+        else:
+            self._enqueue_counted_step()
+            if self._graph_state == "warm-up":  # compiled and typed: capture the next step
+                self._graph_state = "capture"
+            elif self._graph_state == "capture":
+                self._capture_step()
+        return self._read_counters("")
+
+    def _capture_step(self) -> None:
+        """Capture ``_enqueue_counted_step`` into a CUDA graph that later steps replay; fall
+        back to launching each step (the same kernels) where capture fails."""
+        torch.cuda.current_stream().synchronize()
+        try:
+            graph = capture(self._enqueue_counted_step)
+        except Exception as error:  # any capture failure: keep launching
+            warnings.warn(f"envfleet cuda: steps are launched one by one (CUDA graph capture "
+                          f"failed: {error})", RuntimeWarning, stacklevel=3)
+            self._graph_state = "off"
+            return
+        self._graph, self._graph_state = graph, "on"
 
     def map_rows(self, row_fn: Any, dtype: Any) -> torch.Tensor:
         """A family's per-row kernel function ``row_fn(i, state, rng)`` over every env, one
@@ -305,5 +399,52 @@ class CudaEngine:
         tensors that share them are gone too)."""
         for name in ("_actions", "_actions_tensor", "_bounds", "_state", "_kernel_state", "_obs",
                      "_final_obs", "_obs_rows", "_final_obs_rows", "_rewards", "_terminated",
-                     "_truncated", "_pending", "_rng", "_all", "_mask", "_seeds", "_counters"):
+                     "_truncated", "_pending", "_rng", "_all", "_mask", "_seeds", "_counters",
+                     "_counters_tensor", "_armed", "_armed_array", "_saved", "_saved_tensor",
+                     "_graph"):
             setattr(self, name, None)
+        self._graph_state = "off"
+
+
+def capture(work: Callable[[], None]) -> Any:
+    """``work``'s stream operations captured into a ``torch.cuda.CUDAGraph`` (not run)."""
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
+        work()
+    return graph
+
+
+def lower_kernels(spec: NativeEnvSpec, params: tuple, modes: tuple[int, ...],
+                  cc: tuple[int, int] = (9, 0), n: int = 4) -> None:
+    """Type-check and lower ``spec``'s validate, step and reset kernels to LLVM IR for compute
+    capability ``cc``, with host arrays laid out as ``CudaEngine`` lays out its buffers.
+
+    Needs no GPU (run with the simulator off): the simulator runs kernels as Python and cannot
+    catch code that the CUDA target rejects, so the tests run this in a fresh process.
+    """
+    from numba.cuda.compiler import compile_cuda
+    from numba.cuda.typing.typeof import typeof
+
+    kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+    kernel_params, per_env, columns = split_params(spec, kernel_params, n)
+    state = spec.state_type(**spec.allocate_state(n))
+    kernel_state = (*state, *columns) if per_env else state
+    fmt = action_format(spec.action_space)
+    actions = np.ascontiguousarray(valid_actions(spec.action_space, n).reshape(n, -1)
+                                   if not fmt.integer else valid_actions(spec.action_space, n))
+    saved = np.ascontiguousarray(actions[0].reshape(-1))
+    bounds = fmt.bounds
+    rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
+    obs = np.zeros((n, int(np.prod(spec.observation_space.shape))),
+                   spec.observation_space.dtype)
+    rewards, flags = np.zeros(n, np.float32), np.zeros(n, np.bool_)
+    counters = np.zeros(4, np.int64)
+    for mode in modes:
+        validate, step, reset = compile_kernels(spec, mode, per_env, type(kernel_params))
+        for kernel, args in (
+            (validate, (n, kernel_state, kernel_params, actions, bounds, flags, counters)),
+            (step, (n, kernel_state, kernel_params, actions, rng, 500, flags, obs, rewards,
+                    flags, flags, obs, counters, saved)),
+            (reset, (n, flags, rng[0], True, kernel_state, kernel_params, rng, flags, obs)),
+        ):
+            compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=cc)

@@ -82,15 +82,14 @@ def valid_actions(space: spaces.Space, num_envs: int) -> np.ndarray:
     return np.broadcast_to(row, (num_envs, *fmt.shape)).astype(fmt.dtype)
 
 
-def refused_step_error(spec: NativeEnvSpec, index: int, actions: Any,
+def refused_step_error(spec: NativeEnvSpec, index: int, action: Any,
                        needs_reset: bool, engine: Any = None) -> ValueError:
-    """The error for a step refused at env ``index``: it needs a reset, its action is out of
-    the action space (Discrete) or not finite (Box), or the family's ``action_check`` refused
-    it."""
+    """The error for a step refused at env ``index`` (whose action was ``action``): it needs a
+    reset, its action is out of the action space (Discrete) or not finite (Box), or the
+    family's ``action_check`` refused it."""
     if needs_reset:
         return needs_reset_error(index)
-    value = actions[index]
-    value = value.tolist() if hasattr(value, "tolist") else value
+    value = action.tolist() if hasattr(action, "tolist") else action
     if spec.describe_refusal is not None and _in_space(spec.action_space, value):
         return ValueError(spec.describe_refusal(index, value, engine))
     return ValueError(describe_bad_action(spec.action_space, index, value))

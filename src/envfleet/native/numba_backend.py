@@ -331,7 +331,7 @@ class NumbaEngine:
             self._times[kernel].append(time.perf_counter() - t0)
         if result < 0:  # refused before any env moved: nothing was written
             index = -1 - result
-            raise refused_step_error(self.spec, index, a,
+            raise refused_step_error(self.spec, index, a[index],
                                      self.mode == DISABLED and bool(self.pending[index]), self)
         if fresh:
             self._set_outputs(obs, rewards, terminated, truncated)

@@ -464,7 +464,7 @@ class TorchEngine:
         if self.mode == DISABLED:
             valid = valid & ~self.pending
         index = int(torch.nonzero(~valid)[0, 0])
-        raise refused_step_error(self.spec, index, a,
+        raise refused_step_error(self.spec, index, a[index],
                                  self.mode == DISABLED and bool(self.pending[index]))
 
     def _discrete_ok(self, a: torch.Tensor) -> torch.Tensor:

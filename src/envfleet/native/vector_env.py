@@ -9,7 +9,7 @@ buffers; by default the caller gets copies (as Gymnasium's ``SyncVectorEnv(copy=
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
@@ -17,6 +17,7 @@ from gymnasium.vector import AutoresetMode, VectorEnv
 from gymnasium.vector.utils import batch_space
 
 from envfleet.contract import check_reset_mask, check_seed, env_seeds
+from envfleet.native.rollout import Rollout, rollout
 from envfleet.native.spec import NativeEnvSpec
 
 
@@ -169,6 +170,26 @@ class NativeVectorEnv(VectorEnv):
             info.update({"final_obs": self._out(e.final_obs), "_final_obs": mask,
                          "final_info": {}, "_final_info": mask})
         return obs, rewards, terminated, truncated, info
+
+    def rollout(self, policy: Callable[[Any], Any] | Any, num_steps: int | None = None, *,
+                record: bool = True) -> Rollout:
+        """Run ``num_steps`` steps, each env's action from ``policy(obs)`` (a callable on the
+        batch of observations, in the backend's array type) or from ``policy[t]`` (a batch of
+        ``(num_steps, num_envs, *action_shape)`` actions).
+
+        Autoreset and time limits as in ``step``. On ``cuda`` nothing waits for the GPU until the
+        rollout ends (and from the second rollout with the same policy and length, the whole
+        rollout replays one captured CUDA graph: the policy must then be capturable, i.e. read
+        nothing back to the host; otherwise it is launched step by step, with a warning). A
+        refused action raises ``ValueError("rollout step t: ...")`` naming the step and env;
+        from that step on no env moved. Returns a ``Rollout`` of ``(num_steps, num_envs, ...)``
+        recordings (``record=False``: only ``next_obs`` and the ended episodes' count), copies
+        unless the env was made with ``copy=False`` (then buffers the next rollout overwrites).
+        """
+        self._check_open()
+        if not self._has_reset:
+            raise RuntimeError("call reset() before rollout()")
+        return rollout(self, policy, num_steps, record)
 
     def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
         """Every env's frame (RGB array), as Gymnasium's ``SyncVectorEnv.render``; drawn by

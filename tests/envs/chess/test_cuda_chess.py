@@ -6,16 +6,12 @@ starts); the simulator runs each board's thread as Python, so sizes stay tiny.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
-import textwrap
-
 import numpy as np
 import pytest
 
 import envfleet
 from envfleet.registry import backend_status
+from tests.cuda_helpers import assert_kernels_lower, only_under_simulator
 
 _UNAVAILABLE = backend_status("cuda")
 pytestmark = pytest.mark.skipif(_UNAVAILABLE is not None,
@@ -79,45 +75,20 @@ def test_cuda_refuses_illegal_actions_and_reads_boards():
     assert env.fen(1) == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
 
 
-_LOWER_FOR_GPU = textwrap.dedent("""
-    import sys, types
-    import numpy as np
-    import numba.cuda.dispatcher as dispatcher
-    if not hasattr(dispatcher, "get_current_device"):
-        sys.exit(3)
-    dispatcher.get_current_device = lambda: types.SimpleNamespace(compute_capability=(9, 0))
-    from numba.cuda.compiler import compile_cuda
-    from numba.cuda.typing.typeof import typeof
-    from envfleet.envs.chess import env as chess_env
-    from envfleet.native import cuda_backend, driver
-    spec, n = chess_env.SPEC, 4
-    state = spec.state_type(**spec.allocate_state(n))
-    params = chess_env.kernel_params(spec.make_params())
-    rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
-    obs, flags = np.zeros((n, 72), np.int8), np.zeros(n, np.bool_)
-    rewards, counters = np.zeros(n, np.float32), np.zeros(3, np.int64)
-    actions = np.zeros(n, np.int64)
-    bounds = driver.action_format(spec.action_space).bounds
-    validate, step, reset = cuda_backend.compile_kernels(spec, driver.NEXT_STEP)
-    for kernel, args in (
-        (validate, (n, state, params, actions, bounds, flags, counters, 0)),
-        (step, (n, state, params, actions, rng, 500, flags, obs, rewards, flags, flags,
-                obs, counters, 0)),
-        (reset, (n, flags, rng[0], True, state, params, rng, flags, obs)),
-        (cuda_backend.row_map(chess_env.random_legal_action), (n, state, rng, actions)),
-    ):
-        compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
-""")
-
-
-@pytest.mark.skipif(os.environ.get("NUMBA_ENABLE_CUDASIM") != "1",
-                    reason="a simulator-only check (on a GPU the tests above compile for real)")
+@only_under_simulator
 def test_chess_kernels_type_and_lower_for_a_real_gpu():
-    """The simulator runs kernels as Python: type-check and lower the chess kernels for sm_90
-    in a process without the simulator (no GPU needed)."""
-    env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
-    done = subprocess.run([sys.executable, "-c", _LOWER_FOR_GPU], env=env, capture_output=True,
-                          text=True, timeout=600)
-    if done.returncode == 3:
-        pytest.skip("numba-cuda internals changed (dispatcher.get_current_device)")
-    assert done.returncode == 0, done.stderr[-4000:]
+    """The chess kernels (and its random legal action row map) lower for sm_90."""
+    assert_kernels_lower("""
+        import numpy as np
+        from numba.cuda.compiler import compile_cuda
+        from numba.cuda.typing.typeof import typeof
+        from envfleet.envs.chess import env as chess_env
+        from envfleet.native import cuda_backend
+        spec, n = chess_env.SPEC, 4
+        lower_kernels(spec, spec.make_params(), (NEXT_STEP,), n=n)
+        state = spec.state_type(**spec.allocate_state(n))
+        rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
+        kernel = cuda_backend.row_map(chess_env.random_legal_action)
+        args = (n, state, rng, np.zeros(n, np.int64))
+        compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=(9, 0))
+    """)

@@ -1,0 +1,152 @@
+"""``NativeVectorEnv.rollout``: the same trajectories as a user's step loop on every backend, one
+refusal report naming the step and the env, and nothing moved from the refused step on.
+
+The cuda cases run under Numba's CUDA simulator in CI (CUDA graphs are a GPU-only path: the GPU
+check script runs these tests on a real GPU, where the second rollout replays a graph).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+import envfleet
+from envfleet.registry import backend_status
+from tests.cuda_helpers import assert_same, host
+
+BACKENDS = ["numba", "torch"] + (["cuda"] if backend_status("cuda") is None else [])
+
+
+def make(backend, n, **kw):
+    kw.setdefault("seed", 5)
+    kw.setdefault("max_episode_steps", 7)
+    if backend == "cuda":
+        kw.setdefault("threads_per_block", 32)  # the simulator pays for idle threads
+    return envfleet.make("CartPole-v1", n, backend=backend, **kw)
+
+
+def scripted(obs):
+    """A deterministic policy of the observation: push towards the pole's lean."""
+    lean = obs[:, 2] > 0
+    return lean.long() if hasattr(lean, "long") else lean.astype(np.int64)
+
+
+def stepped(n, steps, mode="NextStep"):
+    """The reference: a numba env stepped by hand with ``scripted``."""
+    env = make("numba", n, autoreset_mode=mode)
+    obs, _ = env.reset()
+    seen = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated")}
+    episodes = 0
+    for _ in range(steps):
+        a = scripted(obs)
+        seen["obs"].append(obs)
+        seen["actions"].append(a)
+        obs, r, te, tr, _ = env.step(a)
+        seen["rewards"].append(r)
+        seen["terminated"].append(te)
+        seen["truncated"].append(tr)
+        episodes += int((te | tr).sum())
+    return {k: np.stack(v) for k, v in seen.items()}, obs, episodes, env
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_rollout_records_the_step_loop(backend, mode):
+    n, steps = 6, 12
+    ref, ref_next, ref_episodes, ref_env = stepped(n, steps, mode)
+    env = make(backend, n, autoreset_mode=mode)
+    env.reset()
+    for repeat in range(2):  # on a GPU the second rollout replays a captured graph
+        out = env.rollout(scripted, steps)
+        for name in ("obs", "actions", "rewards", "terminated", "truncated"):
+            got = getattr(out, name)
+            assert tuple(got.shape) == ref[name].shape, name
+            assert_same(got, ref[name], f"{name} (rollout {repeat})")
+        assert_same(out.next_obs, ref_next, "next_obs")
+        assert out.episodes == ref_episodes > 0
+        if repeat == 0:  # the reference goes on for the second rollout
+            ref, ref_next, ref_episodes = _continue(ref_env, ref_next, steps)
+
+
+def _continue(env, obs, steps):
+    seen = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated")}
+    episodes = 0
+    for _ in range(steps):
+        a = scripted(obs)
+        seen["obs"].append(obs)
+        seen["actions"].append(a)
+        obs, r, te, tr, _ = env.step(a)
+        seen["rewards"].append(r)
+        seen["terminated"].append(te)
+        seen["truncated"].append(tr)
+        episodes += int((te | tr).sum())
+    return {k: np.stack(v) for k, v in seen.items()}, obs, episodes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rollout_from_an_action_batch(backend):
+    n, steps = 5, 9
+    actions = np.random.default_rng(0).integers(0, 2, size=(steps, n))
+    ref = make("numba", n)
+    ref.reset()
+    rewards = [ref.step(a)[1] for a in actions]
+    env = make(backend, n)
+    env.reset()
+    out = env.rollout(actions)
+    assert_same(out.actions, actions.astype(np.int64), "actions")
+    assert_same(out.rewards, np.stack(rewards), "rewards")
+    assert_same(out.next_obs, ref.engine.obs, "next_obs")
+    no_record = env.rollout(actions, record=False)
+    assert no_record.obs is None and no_record.rewards is None
+    assert tuple(no_record.next_obs.shape) == (n, 4)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_refused_step_names_step_and_env_and_moves_nothing_after(backend):
+    n, steps, bad_step, bad_env = 6, 8, 5, 3
+    actions = np.ones((steps, n), dtype=np.int64)
+    actions[bad_step, bad_env] = 7
+    actions[bad_step + 1, 1] = 9  # a later refusal must not be the one reported
+    env = make(backend, n)
+    env.reset()
+    with pytest.raises(ValueError, match=rf"^rollout step {bad_step}: invalid action for env "
+                                         rf"{bad_env}: 7 is not in Discrete\(2\)"):
+        env.rollout(actions)
+    ref = make("numba", n)
+    ref.reset()
+    for a in actions[:bad_step]:
+        ref.step(a)
+    for name, got, want in zip(ref.state._fields, env.state, ref.state, strict=True):
+        assert_same(got, want, f"state.{name}")
+    # the env goes on from where the refusal left it
+    assert_same(env.step(np.zeros(n, np.int64))[0], ref.step(np.zeros(n, np.int64))[0], "obs")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rollout_checks_its_arguments(backend):
+    env = make(backend, 3)
+    with pytest.raises(RuntimeError, match="reset"):
+        env.rollout(scripted, 2)
+    env.reset()
+    with pytest.raises(ValueError, match="num_steps must be a positive int"):
+        env.rollout(scripted, 0)
+    with pytest.raises(ValueError, match="num_steps=3 but the action batch has 2 steps"):
+        env.rollout(np.zeros((2, 3), np.int64), 3)
+    with pytest.raises(ValueError, match=r"actions must have shape \(3,\)"):
+        env.rollout(np.zeros((2, 4), np.int64))
+    env.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        env.rollout(scripted, 2)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_rollout_outputs_are_copies(backend):
+    n = 4
+    env = make(backend, n)
+    env.reset()
+    first = env.rollout(scripted, 3)
+    kept = host(first.obs).copy(), host(first.next_obs).copy()
+    for _ in range(2):
+        env.rollout(scripted, 3)
+    np.testing.assert_array_equal(host(first.obs), kept[0])
+    np.testing.assert_array_equal(host(first.next_obs), kept[1])
