@@ -14,6 +14,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import iterate
 
 import envfleet
 from tests.executors.envs import AnySpace, EchoEnv
@@ -188,3 +189,28 @@ def test_same_step_final_obs_of_graph_spaces(space, backend) -> None:
     check_same_step_final_obs(lambda mode: envfleet.make(
         [functools.partial(EchoEnv, space, length=n) for n in (2, 3, 3)], 3, backend=backend,
         autoreset_mode=mode, **options))
+
+
+@pytest.mark.parametrize("space", [GRAPH_SPACES[k] for k in (1, 6, 14)], ids=str)
+def test_same_step_final_obs_of_graph_spaces_on_the_async_pool(space) -> None:
+    """First-ready recv builds final_obs alike: episodes of one step, so env e's final
+    observation is the echo of its action, a GraphInstance wherever the space has a Graph."""
+    env = envfleet.make([functools.partial(EchoEnv, space, length=1)] * N, N, backend="pool",
+                        batch_size=2, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    env.reset(seed=0)
+    env.recv()
+    env.recv()
+    env.action_space.seed(3)
+    actions = env.action_space.sample()
+    env.send(actions, np.arange(N))
+    sent = list(iterate(env.action_space, actions))
+    seen = set()
+    for _ in range(2):
+        *_, info = env.recv()
+        for k, e in enumerate(info["env_id"].tolist()):
+            final = info["final_obs"][k]
+            assert final in env.single_observation_space, (e, type(final).__name__, final)
+            assert data_equivalence(final, sent[e], exact=True), (e, final, sent[e])
+            seen.add(e)
+    assert seen == set(range(N))
+    env.close()
