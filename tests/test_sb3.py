@@ -340,6 +340,64 @@ def test_action_masks_come_from_the_batched_info() -> None:
     assert np.array_equal(np.stack(first_rows), np.stack([env0, *first_rows[1:]]))
 
 
+class CountedResets(MaskedCounter):
+    """MaskedCounter that counts its resets."""
+
+    resets = 0
+
+    def reset(self, *, seed=None, options=None):
+        self.resets += 1
+        return super().reset(seed=seed, options=options)
+
+
+def test_masks_before_the_first_reset_come_from_a_reset_on_demand() -> None:
+    """sb3-contrib asks a fresh eval env has_attr("action_masks") before resetting it: the
+    facade resets then, and the next reset() is that reset (same observations, no second
+    reset), as sb3-contrib's own masked envs, reset when built, would answer."""
+    env = CountedResets()
+    env.count[:] = 5  # a stale state that a reset clears
+    vec = to_sb3(env)
+    assert vec.has_attr("action_masks") and env.resets == 1
+    assert np.array_equal(np.stack(vec.env_method("action_masks")), env.masks())
+    assert vec.reset().tolist() == [[0], [0], [0]] and env.resets == 1  # that reset's
+    vec.reset()
+    assert env.resets == 2  # later resets reset
+    for between in (lambda v: v.seed(0), lambda v: v.set_options({"x": 1}),
+                    lambda v: v.step(np.zeros(3, dtype=np.int64))):
+        env = CountedResets()
+        vec = to_sb3(env)
+        assert np.stack(vec.env_method("action_masks")).shape == (3, 3) and env.resets == 1
+        between(vec)  # new seeds or options, or a step: the next reset() resets
+        vec.reset()
+        assert env.resets == 2
+    # the reset on demand is the first reset, seeds included: same observations as without it
+    vec = to_sb3("CartPole-v1", N, seed=3)
+    assert not vec.has_attr("action_masks")  # (CartPole has none; the envs were reset)
+    expected, _ = envfleet.make("CartPole-v1", N, seed=3, autoreset_mode="SameStep").reset()
+    assert np.array_equal(vec.reset(), expected)
+    vec.close()
+
+
+@pytest.mark.usefixtures("one_torch_thread")
+def test_maskable_ppo_evaluates_on_a_fresh_eval_env(tmp_path) -> None:
+    """sb3-contrib's MaskablePPO with a MaskableEvalCallback on Chess-v0 runs evaluations (the
+    eval env is asked for masks before its first reset)."""
+    pytest.importorskip("sb3_contrib")
+    from sb3_contrib import MaskablePPO
+    from sb3_contrib.common.maskable.callbacks import MaskableEvalCallback
+
+    env = to_sb3("Chess-v0", 2, seed=0, max_episode_steps=6)
+    eval_env = to_sb3("Chess-v0", 2, seed=1, max_episode_steps=6)
+    callback = MaskableEvalCallback(eval_env, eval_freq=4, n_eval_episodes=2, warn=False,
+                                    log_path=str(tmp_path))
+    model = MaskablePPO("MlpPolicy", env, n_steps=8, batch_size=16, n_epochs=1, seed=0)
+    model.learn(16, callback=callback)
+    assert callback.evaluations_timesteps == [8, 16]
+    assert [len(lengths) for lengths in callback.evaluations_length] == [2, 2]
+    env.close()
+    eval_env.close()
+
+
 def test_refuses_what_it_cannot_serve() -> None:
     with pytest.raises(TypeError, match=r"single gymnasium\.Env"):
         to_sb3(gym.make("CartPole-v1"))

@@ -84,6 +84,12 @@ class SB3VecEnv(VecEnv):
     ``terminal_observation`` where its episode ended and ``TimeLimit.truncated`` (truncated and
     not terminated). The reset info of an env that was autoreset goes to ``reset_infos[i]``.
     ``env_method("action_masks")`` serves rows of the last batched ``info["action_mask"]``.
+
+    Masks asked for before the first ``reset()`` (sb3-contrib's ``MaskableEvalCallback`` asks
+    ``has_attr("action_masks")`` of a fresh eval env) are answered as sb3-contrib's own masked
+    envs answer them, which are reset when built: the envs are reset then, on demand, with the
+    seeds and options set so far, and the next ``reset()`` returns that reset's observations
+    without resetting again (unless a step, or new seeds or options, came in between).
     """
 
     def __init__(self, env: VectorEnv) -> None:
@@ -91,6 +97,8 @@ class SB3VecEnv(VecEnv):
         self.vector_env = env
         self._actions: Any = None
         self._action_masks: np.ndarray | None = None  # last info["action_mask"], (n, ...)
+        self._has_reset = False
+        self._fresh_obs: VecEnvObs | None = None  # an on-demand reset's, for the next reset()
         self.render_mode = getattr(env, "render_mode", None)
         super().__init__(env.num_envs, env.single_observation_space, env.single_action_space)
 
@@ -102,7 +110,13 @@ class SB3VecEnv(VecEnv):
 
         A vector env's reset takes one options dict for the envs it resets: when envs were given
         different options, every env is reset with the first env's, then each other group of
-        envs with its own (``reset_mask``) and the same seeds."""
+        envs with its own (``reset_mask``) and the same seeds. After a reset on demand (masks
+        asked for first) and nothing new since, that reset's observations, without a reset."""
+        fresh, self._fresh_obs = self._fresh_obs, None
+        if fresh is not None and all(s is None for s in self._seeds) and \
+                not any(self._options):
+            return fresh
+        self._has_reset = True
         seed = self._batch_seed()
         self.reset_infos = [{} for _ in range(self.num_envs)]
         for k, (options, rows) in enumerate(self._option_groups()):
@@ -123,6 +137,7 @@ class SB3VecEnv(VecEnv):
     def step_async(self, actions: np.ndarray) -> None:
         """Take one action per env: a batch, or (as SB3 passes Dict and Tuple actions, and as
         DummyVecEnv indexes them) a list with one action per env, batched here."""
+        self._fresh_obs = None  # the envs move on: the next reset() resets
         if hasattr(actions, "shape"):
             self._actions = actions
         elif isinstance(self.action_space, spaces.Dict | spaces.Tuple) and \
@@ -196,6 +211,14 @@ class SB3VecEnv(VecEnv):
             masks[present] = value[present]
             self._action_masks = masks
 
+    def _masks_on_demand(self) -> np.ndarray | None:
+        """The current masks (None if the env gives none); before the first ``reset()``, those
+        of a reset done now, whose observations the next ``reset()`` returns (see the class
+        doc: sb3-contrib's masked envs are reset when built)."""
+        if self._action_masks is None and not self._has_reset:
+            self._fresh_obs = self.reset()
+        return self._action_masks
+
     def _action_mask_row(self, i: int) -> np.ndarray:
         assert self._action_masks is not None
         return self._action_masks[i]
@@ -211,7 +234,7 @@ class SB3VecEnv(VecEnv):
     def get_attr(self, attr_name: str, indices: VecEnvIndices = None) -> list[Any]:
         """The attribute of each env in ``indices``."""
         rows = self._rows(indices)
-        if attr_name == "action_masks" and self._action_masks is not None:
+        if attr_name == "action_masks" and self._masks_on_demand() is not None:
             return [functools.partial(self._action_mask_row, i) for i in rows]
         envs = self._local_envs()
         if envs is not None:
@@ -225,7 +248,10 @@ class SB3VecEnv(VecEnv):
 
     def has_attr(self, attr_name: str) -> bool:
         """Whether every env has ``attr_name`` (without calling it, as ``get_attr`` of a method
-        through Gymnasium's ``get_attr`` would)."""
+        through Gymnasium's ``get_attr`` would). ``action_masks``: also when the env gives
+        ``info["action_mask"]`` (before the first reset: a reset on demand tells)."""
+        if attr_name == "action_masks" and self._masks_on_demand() is not None:
+            return True
         sub_envs = None if self._local_envs() is not None else self._sub_envs()
         if sub_envs is not None:
             try:
@@ -277,7 +303,7 @@ class SB3VecEnv(VecEnv):
         """Call a method of each env in ``indices`` (only those); ``action_masks`` comes from
         the last ``info["action_mask"]``."""
         rows = self._rows(indices)
-        if method_name == "action_masks" and self._action_masks is not None:
+        if method_name == "action_masks" and self._masks_on_demand() is not None:
             return [self._action_masks[i] for i in rows]
         envs = self._local_envs()
         if envs is not None:

@@ -14,6 +14,7 @@ import pytest
 from gymnasium import spaces
 from gymnasium.utils.env_checker import data_equivalence
 from gymnasium.vector import AutoresetMode, SyncVectorEnv
+from gymnasium.vector.utils import iterate
 
 import envfleet
 from tests.executors.envs import AnySpace, EchoEnv
@@ -126,4 +127,90 @@ def test_object_leaf_actions_are_checked(backend) -> None:
         env.step("abc")
     obs, *_ = env.step(("ab", "x", "c"))
     assert obs == ("ab", "x", "c")
+    env.close()
+
+
+#: the 15 spaces of Gymnasium's own ``TESTING_SPACES`` (tests/spaces/utils.py) with a Graph in
+#: them: alone, nested in Dict / Tuple, in a Sequence, with every kind of node and edge space
+GRAPH_SPACES = [
+    spaces.Tuple((spaces.Graph(spaces.Box(-1, 1, (2, 1)), None), spaces.Discrete(2))),
+    spaces.Dict(a=spaces.Dict(a=spaces.Graph(spaces.Box(-100, 100, (2, 2)), None),
+                              b=spaces.Box(-100, 100, (2, 2))),
+                b=spaces.Tuple((spaces.Box(-100, 100, (2,)), spaces.Box(-100, 100, (2,))))),
+    spaces.Graph(spaces.Box(-1, 1, (2,)), None),
+    spaces.Graph(spaces.Box(-100, 100, (3, 4)), spaces.Discrete(5)),
+    spaces.Graph(spaces.Discrete(5), spaces.Box(-100, 100, (3, 4))),
+    spaces.Graph(spaces.Discrete(3), spaces.Discrete(4)),
+    spaces.Graph(spaces.Dict({"node_feature_1": spaces.Discrete(5),
+                              "node_feature_2": spaces.MultiBinary(5)}), spaces.Box(1, 4)),
+    spaces.Graph(spaces.MultiBinary(4), None),
+    spaces.Graph(spaces.MultiDiscrete([3, 4, 2]), spaces.Discrete(3)),
+    spaces.Graph(spaces.Tuple((spaces.Box(-1, 1, (2,)), spaces.Discrete(3))), None),
+    spaces.Graph(spaces.Discrete(4), spaces.Tuple((spaces.Box(0, 1, (2,)), spaces.Discrete(3)))),
+    spaces.Graph(spaces.Discrete(3),
+                 spaces.Dict({"weight": spaces.Box(0, 1, ()), "type": spaces.Discrete(4)})),
+    spaces.Graph(spaces.Dict({"pos": spaces.Box(-10, 10, (3,)), "label": spaces.Discrete(5)}),
+                 spaces.Dict({"weight": spaces.Box(0, 1, ()), "type": spaces.Discrete(3)})),
+    spaces.Graph(spaces.Tuple((spaces.Dict({"a": spaces.Discrete(3)}), spaces.MultiBinary(2))),
+                 spaces.Tuple((spaces.Discrete(4), spaces.Box(0, 1, (2,))))),
+    spaces.Sequence(spaces.Graph(spaces.Box(-100, 100, (2, 2)), spaces.Discrete(4))),
+]
+
+
+def check_same_step_final_obs(make_env) -> None:
+    """Gymnasium's ``test_same_step_final_obs`` (tests/vector/test_autoreset_mode.py): three
+    SAME_STEP envs whose episodes last 2, 3 and 3 steps; each ``info["final_obs"][i]`` is in
+    the single observation space, and equal to ``SyncVectorEnv``'s."""
+    envs = make_env(AutoresetMode.SAME_STEP)
+    space = envs.single_observation_space
+    sync = SyncVectorEnv([functools.partial(EchoEnv, space, length=n) for n in (2, 3, 3)],
+                         autoreset_mode=AutoresetMode.SAME_STEP)
+    envs.reset(seed=0)
+    sync.reset(seed=0)
+    envs.action_space.seed(0)
+    for ended in ([], [0], [1, 2]):
+        actions = envs.action_space.sample()
+        info, sync_info = envs.step(actions)[-1], sync.step(actions)[-1]
+        assert np.flatnonzero(info.get("_final_obs", [])).tolist() == ended
+        for i in ended:
+            final = info["final_obs"][i]
+            assert final in space, (i, type(final).__name__, final)
+            assert data_equivalence(final, sync_info["final_obs"][i], exact=True), i
+    envs.close()
+    sync.close()
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("space", GRAPH_SPACES, ids=[str(s) for s in GRAPH_SPACES])
+def test_same_step_final_obs_of_graph_spaces(space, backend) -> None:
+    """A Graph in the final observation stays a ``GraphInstance`` (not a plain tuple), alone
+    or nested in Dict / Tuple / Sequence."""
+    options = {"num_workers": 2} if backend == "pool" else {}
+    check_same_step_final_obs(lambda mode: envfleet.make(
+        [functools.partial(EchoEnv, space, length=n) for n in (2, 3, 3)], 3, backend=backend,
+        autoreset_mode=mode, **options))
+
+
+@pytest.mark.parametrize("space", [GRAPH_SPACES[k] for k in (1, 6, 14)], ids=str)
+def test_same_step_final_obs_of_graph_spaces_on_the_async_pool(space) -> None:
+    """First-ready recv builds final_obs alike: episodes of one step, so env e's final
+    observation is the echo of its action, a GraphInstance wherever the space has a Graph."""
+    env = envfleet.make([functools.partial(EchoEnv, space, length=1)] * N, N, backend="pool",
+                        batch_size=2, num_workers=2, autoreset_mode=AutoresetMode.SAME_STEP)
+    env.reset(seed=0)
+    env.recv()
+    env.recv()
+    env.action_space.seed(3)
+    actions = env.action_space.sample()
+    env.send(actions, np.arange(N))
+    sent = list(iterate(env.action_space, actions))
+    seen = set()
+    for _ in range(2):
+        *_, info = env.recv()
+        for k, e in enumerate(info["env_id"].tolist()):
+            final = info["final_obs"][k]
+            assert final in env.single_observation_space, (e, type(final).__name__, final)
+            assert data_equivalence(final, sent[e], exact=True), (e, final, sent[e])
+            seen.add(e)
+    assert seen == set(range(N))
     env.close()

@@ -13,8 +13,9 @@ import pytest
 import envfleet
 from envfleet.executors.base import EnvAttributeError, EnvWorkerError, RemoteTraceback
 from envfleet.registry import BackendUnavailableError
-from tests.executors.envs import CountingEnv, FaultyEnv, SlowEnv
+from tests.executors.envs import CountingEnv, EchoEnv, FaultyEnv, SlowEnv
 from tests.executors.helpers import pid_gone
+from tests.executors.test_spaces import GRAPH_SPACES, check_same_step_final_obs
 
 ray = pytest.importorskip("ray")
 pytestmark = pytest.mark.usefixtures("cluster")
@@ -83,6 +84,15 @@ def test_counting_envs_match_serial_in_every_autoreset_mode(mode) -> None:
     finally:
         env.close()
         ref.close()
+
+
+@pytest.mark.parametrize("space", [GRAPH_SPACES[k] for k in (1, 6, 14)], ids=str)
+def test_same_step_final_obs_of_graph_spaces(space) -> None:
+    """A Graph in the final observation stays a ``GraphInstance`` on ray too (nested in a
+    Dict, with Dict nodes, in a Sequence: tests/executors/test_spaces.py has all 15)."""
+    check_same_step_final_obs(lambda mode: on_ray(
+        [functools.partial(EchoEnv, space, length=n) for n in (2, 3, 3)], 3, num_workers=2,
+        autoreset_mode=mode))
 
 
 def test_gymnasium_cartpole_matches_serial() -> None:

@@ -257,7 +257,8 @@ class ExecutorVectorEnv(VectorEnv):
         elif self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = terminated | truncated
             if ended.any():
-                infos["final_obs"] = final_obs_info(self._final_obs, ended)
+                infos["final_obs"] = final_obs_info(self.single_observation_space,
+                                                   self._final_obs, ended)
                 infos["_final_obs"] = ended
                 infos["final_info"] = add_infos(self, {}, final_infos)
                 infos["_final_info"] = ended.copy()

@@ -148,7 +148,8 @@ class FirstReady:
         infos: dict[str, Any] = {}
         ended = terminated | truncated
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
-            infos["final_obs"] = final_obs_info(take_rows(self._final_obs, ids), ended)
+            infos["final_obs"] = final_obs_info(self.single_observation_space,
+                                               take_rows(self._final_obs, ids), ended)
             infos["_final_obs"] = ended
             final_info: dict[str, Any] = {}
             for k, e in enumerate(ids_list):

@@ -147,16 +147,19 @@ def copy_row(src: Any, dst: Any, rows: int | slice) -> None:
     assign_rows(dst, take_rows(src, rows), rows)
 
 
-def final_obs_info(value: Any, mask: np.ndarray) -> Any:
-    """``info["final_obs"]`` from the batched final observations ``value`` of the envs in
-    ``mask``: an array with the other rows zeroed; for Dict / Tuple observations, Gymnasium's
-    ``SyncVectorEnv`` layout (an object array: env i's own dict / tuple, None for the others),
-    so that ``final_obs[i]`` is env i's observation whatever the space."""
+def final_obs_info(space: spaces.Space, value: Any, mask: np.ndarray) -> Any:
+    """``info["final_obs"]`` from the batched final observations ``value`` (of ``space``) of
+    the envs in ``mask``: an array with the other rows zeroed; for any other space, Gymnasium's
+    ``SyncVectorEnv`` layout (an object array: env i's own observation, None for the others),
+    so that ``final_obs[i]`` is env i's observation whatever the space. Rows are read by the
+    space (``row_reader``), not by the values' types: an object leaf's value is the env's own
+    (a ``GraphInstance`` stays one, though it is a tuple)."""
     if isinstance(value, np.ndarray) and value.dtype != OBJECT:
         return masked_copy(value, mask)
+    read = row_reader(space)
     out = np.full(len(mask), None, dtype=object)
     for i in np.flatnonzero(mask).tolist():
-        out[i] = export(take_rows(value, i))
+        out[i] = read(value, i)
     return out
 
 
