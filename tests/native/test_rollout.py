@@ -2,7 +2,7 @@
 refusal report naming the step and the env, and nothing moved from the refused step on.
 
 The cuda cases run under Numba's CUDA simulator in CI (CUDA graphs are a GPU-only path: the GPU
-check script runs these tests on a real GPU, where the second rollout replays a graph).
+check script runs these tests on a real GPU, where the third rollout replays a graph).
 """
 
 from __future__ import annotations
@@ -56,7 +56,7 @@ def test_rollout_records_the_step_loop(backend, mode):
     ref, ref_next, ref_episodes, ref_env = stepped(n, steps, mode)
     env = make(backend, n, autoreset_mode=mode)
     env.reset()
-    for repeat in range(2):  # on a GPU the second rollout replays a captured graph
+    for repeat in range(3):  # on a GPU the third rollout replays a captured graph
         out = env.rollout(scripted, steps)
         for name in ("obs", "actions", "rewards", "terminated", "truncated"):
             got = getattr(out, name)
@@ -64,7 +64,7 @@ def test_rollout_records_the_step_loop(backend, mode):
             assert_same(got, ref[name], f"{name} (rollout {repeat})")
         assert_same(out.next_obs, ref_next, "next_obs")
         assert out.episodes == ref_episodes > 0
-        if repeat == 0:  # the reference goes on for the second rollout
+        if repeat < 2:  # the reference goes on for the next rollout
             ref, ref_next, ref_episodes = _continue(ref_env, ref_next, steps)
 
 
@@ -96,6 +96,10 @@ def test_rollout_from_an_action_batch(backend):
     assert_same(out.actions, actions.astype(np.int64), "actions")
     assert_same(out.rewards, np.stack(rewards), "rewards")
     assert_same(out.next_obs, ref.engine.obs, "next_obs")
+    for _ in range(3):  # the third replays a graph on a GPU: same batch, same work
+        again = env.rollout(actions)
+    ref_rewards = [ref.step(a)[1] for a in np.concatenate([actions] * 3)][-len(actions):]
+    assert_same(again.rewards, np.stack(ref_rewards), "rewards of the third repeat")
     no_record = env.rollout(actions, record=False)
     assert no_record.obs is None and no_record.rewards is None
     assert tuple(no_record.next_obs.shape) == (n, 4)

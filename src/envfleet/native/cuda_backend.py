@@ -231,10 +231,12 @@ class CudaEngine:
         self._counters_host = torch.zeros(4, dtype=torch.int64, pin_memory=not SIMULATOR)
         self._counters_view = self._counters_host.numpy()
         self._streams: dict[int, Any] = {}  # numba's handle of each torch stream used
-        self._graph: Any = None  # the captured step, on a GPU (``_uses_graphs``)
+        #: per enqueued work (the step, each row map): calls so far, -1 (never captured) or
+        #: its captured CUDA graph (``run_captured``)
+        self._captured: dict[Any, Any] = {}
+        self._row_outputs: dict[Any, Any] = {}  # map_rows' output buffer per (fn, dtype)
         #: whether steps and rollouts replay captured CUDA graphs
         self.graphs = _uses_graphs()
-        self._graph_state = "warm-up" if self.graphs else "off"
         self._announced = False
 
         # The user-facing views: torch tensors over the same memory.
@@ -342,36 +344,49 @@ class CudaEngine:
 
     def step(self, actions: Any) -> int:
         self.load_actions(actions)
-        if self._graph_state == "on":
-            self._graph.replay()
-        else:
-            self._enqueue_counted_step()
-            if self._graph_state == "warm-up":  # compiled and typed: capture the next step
-                self._graph_state = "capture"
-            elif self._graph_state == "capture":
-                self._capture_step()
+        self.run_captured("step", self._enqueue_counted_step)
         return self._read_counters("")
 
-    def _capture_step(self) -> None:
-        """Capture ``_enqueue_counted_step`` into a CUDA graph that later steps replay; fall
-        back to launching each step (the same kernels) where capture fails."""
+    def run_captured(self, key: Any, work: Callable[[], None]) -> None:
+        """Enqueue ``work`` (stream operations only, on buffers that never move): launched on
+        its first two calls (the first compiles), then captured once as a CUDA graph that later
+        calls replay, where graphs are on. Where capture fails, it stays launched (warned)."""
+        done = self._captured.get(key, 0)
+        if not isinstance(done, int):
+            done.replay()
+            return
+        work()
+        if not self.graphs or done < 0:
+            return
+        if done == 0:
+            self._captured[key] = 1
+            return
         torch.cuda.current_stream().synchronize()
         try:
-            graph = capture(self._enqueue_counted_step)
+            self._captured[key] = capture(work)
         except Exception as error:  # any capture failure: keep launching
-            warnings.warn(f"envfleet cuda: steps are launched one by one (CUDA graph capture "
+            warnings.warn(f"envfleet cuda: {key} is launched, not replayed (CUDA graph capture "
                           f"failed: {error})", RuntimeWarning, stacklevel=3)
-            self._graph_state = "off"
-            return
-        self._graph, self._graph_state = graph, "on"
+            self._captured[key] = -1
+
+    def forget(self, key: Any) -> None:
+        """Drop ``run_captured``'s graph (or count) for ``key``."""
+        self._captured.pop(key, None)
 
     def map_rows(self, row_fn: Any, dtype: Any) -> torch.Tensor:
         """A family's per-row kernel function ``row_fn(i, state, rng)`` over every env, one
-        thread each: a tensor of ``dtype`` on the device."""
-        out = cuda.device_array(self.num_envs, dtype=dtype)
-        with _quiet_simulator():
-            row_map(row_fn)[self._launch()](self.num_envs, self._state, self._rng, out)
-        return as_tensor(out)
+        thread each: a new tensor of ``dtype`` on the device."""
+        key = (row_fn, np.dtype(dtype))
+        out = self._row_outputs.get(key)
+        if out is None:
+            out = self._row_outputs[key] = _zeros(self.num_envs, dtype)
+
+        def work() -> None:
+            with _quiet_simulator():
+                row_map(row_fn)[self._launch()](self.num_envs, self._state, self._rng, out)
+
+        self.run_captured(key, work)
+        return as_tensor(out).clone()
 
     def read_state(self, name: str, i: int) -> Any:
         """Env i's row of state column ``name``, copied to the host."""
@@ -400,10 +415,9 @@ class CudaEngine:
         for name in ("_actions", "_actions_tensor", "_bounds", "_state", "_kernel_state", "_obs",
                      "_final_obs", "_obs_rows", "_final_obs_rows", "_rewards", "_terminated",
                      "_truncated", "_pending", "_rng", "_all", "_mask", "_seeds", "_counters",
-                     "_counters_tensor", "_armed", "_armed_array", "_saved", "_saved_tensor",
-                     "_graph"):
+                     "_counters_tensor", "_armed", "_armed_array", "_saved", "_saved_tensor"):
             setattr(self, name, None)
-        self._graph_state = "off"
+        self._captured, self._row_outputs = {}, {}
 
 
 def capture(work: Callable[[], None]) -> Any:

@@ -3,7 +3,7 @@
 On the ``cuda`` backend each step is enqueued on torch's current stream (the policy's ops, the
 action load, the validation and step kernels, the recording copies) and nothing waits for the
 GPU until the rollout ends; the counter the kernels keep (``cuda_backend``) reports the first
-refused step and the episodes that ended once, at the end. From the second rollout with the same
+refused step and the episodes that ended once, at the end. From the third rollout with the same
 policy (or with an action batch) and length, the whole rollout is a captured CUDA graph, replayed
 with one launch. Other backends run the same loop with their usual per-step checks.
 """
@@ -15,7 +15,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 
-#: the rollouts one env keeps captured at most (each holds its recording buffers)
+#: the rollouts one env keeps ready at most (each holds its recording buffers and graph)
 MAX_GRAPHS = 4
 
 
@@ -125,72 +125,45 @@ def _result(env: Any, rec: _Recording | None, episodes: int, copy: bool) -> Roll
 
 
 def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> Rollout:
-    """The ``cuda`` engine: steps enqueued without a wait; one captured graph per (policy or
-    action batch, length, record) once a first rollout has warmed it up."""
+    """The ``cuda`` engine: steps enqueued without a wait, as one piece of work per (policy or
+    action batch, length, record) that the engine replays as a CUDA graph once warmed up
+    (``CudaEngine.run_captured``); its buffers (the recording, the action batch) stay put."""
     import torch
 
     e = env.engine
-    cache: dict[tuple, Any] = env.__dict__.setdefault("_rollout_graphs", {})
-    key = ("actions" if given else id(policy), steps, record)
+    cache: dict[tuple, Any] = env.__dict__.setdefault("_rollouts", {})
+    key = ("rollout", "actions" if given else id(policy), steps, record)
     entry = cache.get(key)
-    if given:  # the batch is read from a buffer of the env's, where a graph finds it
+    if entry is None:
+        if len(cache) >= MAX_GRAPHS:
+            e.forget(cache.pop(next(iter(cache)))["key"])
+        rec = _recording(env, steps, _empty_like(e.actions, steps)) if record else None
+        static = (torch.as_tensor(policy, device=e.actions.device).clone() if given else None)
+        entry = cache[key] = {"key": key, "rec": rec, "actions": static,
+                              "policy": None if given else policy}
+
+        def enqueue() -> None:
+            e.arm()
+            for t in range(steps):
+                a = static[t] if given else policy(e.obs)
+                if rec is not None:
+                    rec.obs[t].copy_(e.obs)
+                e.load_actions(a)
+                e.enqueue_step()
+                if rec is not None:
+                    rec.actions[t].copy_(e.actions)
+                    rec.rewards[t].copy_(e.rewards)
+                    rec.terminated[t].copy_(e.terminated)
+                    rec.truncated[t].copy_(e.truncated)
+
+        entry["work"] = enqueue
+    elif given:  # the batch goes where the captured work reads it
         source = torch.as_tensor(policy, device=e.actions.device)
-        if entry is None:
-            static = source.clone()
-        else:
-            static = entry["actions"]
-            if tuple(source.shape) != tuple(static.shape):
-                raise ValueError(f"actions must have shape {tuple(static.shape)}, got "
-                                 f"{tuple(source.shape)}")
-            static.copy_(source)
-    else:
-        static = None
-    if entry is not None and entry.get("policy") is not policy and not given:
-        entry = None  # another callable at the same address: never replay a stranger's graph
-    rec = entry["rec"] if entry is not None else (
-        _recording(env, steps, _empty_like(e.actions, steps)) if record else None)
-
-    def enqueue() -> None:
-        e.arm()
-        for t in range(steps):
-            a = static[t] if given else policy(e.obs)
-            if rec is not None:
-                rec.obs[t].copy_(e.obs)
-            e.load_actions(a)
-            e.enqueue_step()
-            if rec is not None:
-                rec.actions[t].copy_(e.actions)
-                rec.rewards[t].copy_(e.rewards)
-                rec.terminated[t].copy_(e.terminated)
-                rec.truncated[t].copy_(e.truncated)
-
+        if tuple(source.shape) != tuple(entry["actions"].shape):
+            raise ValueError(f"actions must have shape {tuple(entry['actions'].shape)}, got "
+                             f"{tuple(source.shape)}")
+        entry["actions"].copy_(source)
     with torch.no_grad():
-        if entry is not None and entry["graph"] is not None:
-            entry["graph"].replay()
-        else:
-            enqueue()
-            graph = None
-            if e.graphs:
-                torch.cuda.current_stream().synchronize()
-                graph = _try_capture(e, enqueue)
-            if len(cache) >= MAX_GRAPHS:
-                cache.pop(next(iter(cache)))
-            cache[key] = {"graph": graph, "rec": rec, "actions": static,
-                          "policy": None if given else policy}
+        e.run_captured(key, entry["work"])
         episodes = e.collect("rollout step {step}: ")
-    return _result(env, rec, episodes, copy=env.copy)
-
-
-def _try_capture(engine: Any, enqueue: Callable[[], None]) -> Any:
-    """``enqueue`` captured as a CUDA graph, or None (with a warning) where it cannot be, e.g.
-    a policy that reads a value back to the host."""
-    import warnings
-
-    from envfleet.native.cuda_backend import capture
-
-    try:
-        return capture(enqueue)
-    except Exception as error:  # any capture failure: stay with launches
-        warnings.warn(f"envfleet rollout: not captured as a CUDA graph ({error}); each "
-                      f"rollout enqueues its steps instead", RuntimeWarning, stacklevel=4)
-        return None
+    return _result(env, entry["rec"], episodes, copy=env.copy)

@@ -178,7 +178,7 @@ class NativeVectorEnv(VectorEnv):
         ``(num_steps, num_envs, *action_shape)`` actions).
 
         Autoreset and time limits as in ``step``. On ``cuda`` nothing waits for the GPU until the
-        rollout ends (and from the second rollout with the same policy and length, the whole
+        rollout ends (and from the third rollout with the same policy and length, the whole
         rollout replays one captured CUDA graph: the policy must then be capturable, i.e. read
         nothing back to the host; otherwise it is launched step by step, with a warning). A
         refused action raises ``ValueError("rollout step t: ...")`` naming the step and env;

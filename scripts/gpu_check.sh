@@ -1,0 +1,55 @@
+#!/usr/bin/env bash
+# The GPU check, about 8 minutes on one GPU: the cuda tests on the real GPU (agreement with the
+# numba backend, which matches Gymnasium bit for bit; rollouts; chess), the per-call sweep of
+# cuda and torch with gymnax and pgx as peers (python -m envfleet.bench.gpu), the tpb study and
+# the numba threads sweep of the host (scripts/threads_check.py). Writes JSON lines, Markdown
+# naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
+#
+# Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
+# pytest (gymnax, pgx: optional peers). On a machine with no package index, bring wheels:
+# see docs/GPU.md. Each part has its own time limit; a part that fails does not stop the others.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+out=${OUT:-$PWD}/gpu-check
+mkdir -p "$out"
+py=${PYTHON:-python3}
+export NUMBA_ENABLE_CUDASIM=0 PYTHONUNBUFFERED=1
+export PYTHONPATH=$PWD/src:$PWD${PYTHONPATH:+:$PYTHONPATH}
+export ENVFLEET_CACHE_DIR=${ENVFLEET_CACHE_DIR:-$(mktemp -d)/envfleet-cache}
+scale=${GPU_CHECK_SCALE:-1}
+
+part() {  # part NAME SECONDS COMMAND...: run it under a time limit, log it, say how it ended
+    local name=$1 limit=$2 start rc
+    shift 2
+    start=$(date +%s)
+    echo "=== $name (limit ${limit}s): $*"
+    timeout -k 5 "$limit" "$@" >"$out/$name.log" 2>&1
+    rc=$?
+    echo "$name: rc=$rc in $(($(date +%s) - start)) s" | tee -a "$out/parts.txt"
+    tail -n 8 "$out/$name.log"
+}
+
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader >"$out/card.txt" 2>&1
+"$py" - >>"$out/card.txt" 2>&1 <<'EOF'
+import numba, numpy, torch
+from numba import cuda
+print("torch", torch.__version__, "numba", numba.__version__, "numpy", numpy.__version__,
+      "cuda available", cuda.is_available())
+EOF
+cat "$out/card.txt"
+parts=${GPU_CHECK_PARTS:-tests,sweep,tpb,threads}
+for p in ${parts//,/ }; do
+    case $p in
+    tests) part tests 170 "$py" -m pytest -q -rf -p no:cacheprovider \
+        tests/native/test_cuda_backend.py tests/envs/test_classic_cuda.py \
+        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py ;;
+    sweep) part sweep "$(awk "BEGIN{print int(360*$scale)}")" \
+        "$py" -m envfleet.bench.gpu --out "$out" --scale "$scale" ;;
+    tpb) part tpb 75 "$py" -m envfleet bench --study tpb --block-sizes 64,256,1024 \
+        --num-envs 1000,100000,1000000,10000000 --repeats 1 --seconds 0.3 --out "$out/tpb" ;;
+    threads) part threads 100 "$py" scripts/threads_check.py --seconds 0.4 \
+        --out "$out/threads_check.jsonl" ;;
+    *) echo "unknown part $p (parts: tests, sweep, tpb, threads)"; exit 2 ;;
+    esac
+done
+cat "$out/parts.txt"
