@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import platform
@@ -72,6 +73,33 @@ def openmp_libraries() -> list[str]:
     names = ("gomp", "iomp", "tbb", "omppool", "workqueue")
     with open("/proc/self/maps") as f:
         return sorted({line.split()[-1] for line in f if any(n in line for n in names)})
+
+
+def global_gomp() -> str | None:
+    """The file whose ``GOMP_parallel`` the process's global symbol scope holds (None: no
+    OpenMP there). numba's pool binds there first: with torch imported first, that is
+    torch's libgomp, which read ``GOMP_SPINCOUNT`` at torch's import, before envfleet set it."""
+    class DlInfo(ctypes.Structure):
+        _fields_ = [("fname", ctypes.c_char_p), ("fbase", ctypes.c_void_p),
+                    ("sname", ctypes.c_char_p), ("saddr", ctypes.c_void_p)]
+
+    try:
+        try:
+            lib = ctypes.CDLL("libdl.so.2")
+        except OSError:
+            lib = ctypes.CDLL(None)
+        lib.dlsym.restype = ctypes.c_void_p
+        lib.dlsym.argtypes = [ctypes.c_void_p, ctypes.c_char_p]
+        address = lib.dlsym(None, b"GOMP_parallel")  # RTLD_DEFAULT
+        if not address:
+            return None
+        info = DlInfo()
+        lib.dladdr.argtypes = [ctypes.c_void_p, ctypes.POINTER(DlInfo)]
+        if lib.dladdr(ctypes.c_void_p(address), ctypes.byref(info)):
+            return info.fname.decode()
+    except (OSError, AttributeError) as error:
+        return f"unknown ({error})"
+    return None
 
 
 def cpu_model() -> str:
@@ -184,14 +212,17 @@ def main() -> None:
                     row["efficiency_with_draw"] = round(
                         row["draw_and_step_rate"] / (k * base["draw_and_step_rate"]), 3)
             emit(part="threads", **row)
-    emit(part="libraries", threading_layer=numba.threading_layer(), mapped=openmp_libraries())
+    emit(part="libraries", threading_layer=numba.threading_layer(), mapped=openmp_libraries(),
+         gomp_in_global_scope=global_gomp(), torch_first="torch" in sys.modules)
     # the adaptive engine (default threads) in the bench's own loop; the kernels are compiled
     # by now, so a slow call here is the probe itself or the machine, not a compile
     env = make("Chess-v0", n_chess, None)
     u = env.unwrapped
     result = bench_loop(lambda: env.step(u.random_legal_actions()), n_chess)
+    fixed = rows.get(("Chess-v0", top), {}).get("draw_and_step_rate")
     emit(part="adaptive_bench_loop", env="Chess-v0", n=n_chess, threads=top,
-         active_threads_after=u.engine.active_threads, **result)
+         active_threads_after=u.engine.active_threads,
+         rate_over_fixed_threads=result["rate"] / fixed if fixed else None, **result)
     env.close()
     # what the pre-fix probe paid: the one-thread kernel's first call after the threaded one
     # compiled (cold cache only); the pre-fix bench read n * 64 / (62 steps + this)
