@@ -105,3 +105,56 @@ def test_small_batches_never_probe():
     assert env.unwrapped.engine.active_threads == 1
     assert not env.unwrapped.engine._adapt
     assert numba_backend.PARALLEL_MIN_ENVS > 8
+
+
+def count_calls(engine, which: int) -> list[int]:
+    """A one-item list counting the steps of ``engine``'s serial (0) or threaded (1) kernel."""
+    counted, call, count = engine._kernels[which], engine._call, [0]
+
+    def counting(kernel, *args):
+        if kernel is counted:
+            count[0] += 1
+        return call(kernel, *args)
+
+    engine._call = counting
+    return count
+
+
+def test_the_probe_kernel_is_ready_after_the_first_step():
+    """The first step loads (or compiles) both step kernels: the probe's first step, 63 steps
+    later, once compiled the serial kernel inside the caller's timed steps (seconds for chess:
+    a 16-core bench read 0.10M plies/s at 4,096 boards)."""
+    env = envfleet.make("CartPole-v1", NUM_ENVS, backend="numba", seed=0)
+    engine = env.unwrapped.engine
+    env.reset(seed=0)
+    play(env, 1)
+    assert engine._step is engine._kernels[1]
+    assert engine._kernels[0] in engine._entry_points
+
+
+def test_a_much_slower_kernel_is_probed_less_often():
+    """A probe's two steps on a kernel far slower than the current one (one thread against 16
+    on chess: ~12x) cost their extra time every probe; probes wait until that extra is at most
+    ~3% of the time stepped since the last one. Every 64 steps, the serial kernel below
+    (50 ms slower) would take most of the time."""
+    env = envfleet.make("CartPole-v1", NUM_ENVS, backend="numba", seed=0)
+    engine = env.unwrapped.engine
+    slow_down(engine, 0, 0.05)
+    serial_steps = count_calls(engine, 0)
+    env.reset(seed=0)
+    play(env, 3 * PROBE_EVERY + 1)
+    assert engine.active_threads == 2
+    assert serial_steps[0] == 2  # the first probe only (the next waits ~3 s of steps)
+
+
+def test_a_probe_is_due_every_probe_every_steps_when_the_other_kernel_is_close():
+    """Two threads at most halve a step: on 2 cores probes stay every ``PROBE_EVERY`` steps."""
+    env = envfleet.make("CartPole-v1", NUM_ENVS, backend="numba", seed=0)
+    engine = env.unwrapped.engine
+    serial, threaded = engine._kernels[:2]
+    engine._times[serial].extend([2.0e-3] * 3)  # twice the threaded step
+    engine._times[threaded].extend([1.0e-3] * 3)
+    engine._calls, engine._stepped = PROBE_EVERY - 1, (PROBE_EVERY - 2) * 1.0e-3
+    assert engine._probe_due(serial)
+    engine._calls = PROBE_EVERY - 2
+    assert not engine._probe_due(serial)

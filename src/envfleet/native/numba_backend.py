@@ -45,7 +45,10 @@ from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 #: default threads (no ``num_threads``): every this many steps, one step runs on the other
 #: kernel (one thread / every thread) and is timed; the other takes the following steps when
 #: the median of its last 3 timed steps beats the current one's by ``SWITCH_MARGIN``. Both give
-#: the same results, bit for bit.
+#: the same results, bit for bit. A probe of a much slower kernel waits longer
+#: (``NumbaEngine._probe_due``): its two steps' extra time stays within ``2 / (PROBE_EVERY - 2)``
+#: (~3%) of the time stepped between probes (16 threads' chess probing one thread every 64
+#: steps lost ~30%).
 PROBE_EVERY = 64
 SWITCH_MARGIN = 0.9
 PARALLEL_MIN_ENVS = 512  # measured crossover on 2 cores: 12.5 us serial vs 11.9 parallel
@@ -232,7 +235,9 @@ class NumbaEngine:
         self._chunks = num_threads * CHUNKS_PER_THREAD
         self._entry_points: dict[Any, Any] = {}
         self._adapt = self.adaptive and self._parallel
-        self._calls = 0
+        self._calls = 0  # steps since the last probe (adaptive threads only)
+        self._stepped = 0.0  # their seconds
+        self._probing = False  # the probe's first step ran: its second, timed, is next
         #: seconds of recent steps by kernel (adaptive threads only)
         self._times: dict[Any, deque[float]] = {k: deque(maxlen=3)
                                                  for k in (step_serial, step_parallel)}
@@ -243,26 +248,42 @@ class NumbaEngine:
         return self.num_threads if self._step is self._kernels[1] and self._parallel else 1
 
     def _choose_kernel(self) -> tuple[Any, bool]:
-        """(the kernel for this step, whether to time it): the current choice, or every
-        ``PROBE_EVERY`` steps the other one for two steps (a probe), after switching to it
-        when its recent steps were clearly faster. The probe's first step is not timed: after
+        """(the kernel for this step, whether to time it): the current choice, or when a
+        probe is due (``_probe_due``: every ``PROBE_EVERY`` steps, later for a much slower
+        kernel) the other one for two steps, after switching to it when its recent steps were
+        clearly faster. The probe's first step is not timed: after
         63 steps on the other kernel it pays for waking threads and moving the envs' rows
         between the cores' caches, which steady steps do not (timing it kept the engine on
         one thread when two were faster)."""
-        self._calls += 1
-        phase = self._calls % PROBE_EVERY
-        if 0 < phase < PROBE_EVERY - 1:
-            return self._step, True
         serial, parallel = self._kernels[:2]
         other = serial if self._step is parallel else parallel
-        if phase == 0:  # the probe's second step
+        if self._probing:  # the probe's second step
+            self._probing, self._calls, self._stepped = False, 0, 0.0
             return other, True
+        self._calls += 1
+        if not self._probe_due(other):
+            return self._step, True
+        self._probing = True
         times = self._times
         if times[other] and times[self._step] and (
                 statistics.median(times[other])
                 < SWITCH_MARGIN * statistics.median(times[self._step])):
             self._step, other = other, self._step
         return other, False
+
+    def _probe_due(self, other: Any) -> bool:
+        """Whether to probe ``other`` now: ``PROBE_EVERY - 2`` steps since the last probe, and
+        the time they took at least ``PROBE_EVERY - 2`` times the probe's extra time per step
+        (the other kernel's median step less the current one's; nothing when it is faster).
+        Two threads are at most 2x one, so on 2 cores this is every ``PROBE_EVERY`` steps;
+        16 threads' chess (one thread ~12x slower) probes every ~700 steps instead."""
+        if self._calls < PROBE_EVERY - 1:
+            return False
+        times = self._times
+        if not times[other] or not times[self._step]:
+            return True
+        extra = statistics.median(times[other]) - statistics.median(times[self._step])
+        return self._stepped >= (PROBE_EVERY - 2) * extra
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
@@ -286,7 +307,20 @@ class NumbaEngine:
         signature = tuple(numba.typeof(a) for a in args)
         result = kernel(*args)  # loaded from disk, or compiled (announced: ``announce``)
         self._entry_points[kernel] = kernel.overloads[signature].entry_point
+        if self._adapt and kernel in self._kernels[:2]:
+            self._prepare_other(kernel, signature)
         return result
+
+    def _prepare_other(self, kernel: Any, signature: tuple) -> None:
+        """Load or compile the adaptive probe's other step kernel now, with the first step's
+        (same argument types): else the probe's first step, 63 steps later, compiled it
+        (seconds for chess, inside whatever the caller was timing: a 16-core bench read
+        0.10M plies/s at 4,096 boards, 40 ms a call, from 64 calls holding the compile)."""
+        serial, parallel = self._kernels[:2]
+        other = serial if kernel is parallel else parallel
+        if other not in self._entry_points:
+            other.compile(signature)
+            self._entry_points[other] = other.overloads[signature].entry_point
 
     def _threads(self) -> None:
         if self._parallel:
@@ -328,7 +362,10 @@ class NumbaEngine:
                             self.bounds, self.rng, self.max_episode_steps, self.pending,
                             obs, rewards, terminated, truncated, self._final_obs_rows)
         if timed:
-            self._times[kernel].append(time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            self._times[kernel].append(seconds)
+            if kernel is self._step:
+                self._stepped += seconds
         if result < 0:  # refused before any env moved: nothing was written
             index = -1 - result
             raise refused_step_error(self.spec, index, a[index],
