@@ -6,6 +6,7 @@ Each case runs in a fresh interpreter where the optional packages cannot be impo
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
@@ -108,3 +109,18 @@ def test_submodules_load_on_first_use():
     """)], capture_output=True, text=True, timeout=300)
     assert proc.stderr.strip().splitlines()[-1] == (
         "AttributeError: module 'envfleet' has no attribute 'no_such_thing'"), proc.stderr
+
+
+def test_cuda_with_a_numpy_numba_cuda_cannot_load_says_what_to_install():
+    """numba-cuda 0.30.4 fails at its first kernel compile with numpy 2.5 (``np.row_stack``
+    removed): the backend says so before anything compiles, naming the pin to install."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
+        import numpy
+        del numpy.row_stack  # as numpy 2.5 removed it
+        from envfleet.registry import backend_status
+        print(backend_status("cuda"))
+    """)], capture_output=True, text=True, timeout=300,
+        env={**os.environ, "NUMBA_ENABLE_CUDASIM": "0"})
+    assert proc.returncode == 0, proc.stderr
+    assert "does not work with numpy" in proc.stdout, proc.stdout
+    assert "pip install 'numpy<2.5'" in proc.stdout, proc.stdout

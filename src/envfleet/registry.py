@@ -75,10 +75,30 @@ def backend_status(backend: str) -> str | None:
             return "needs numba-cuda and torch: pip install 'envfleet[cuda]'"
         if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
             return None
+        broken = _cuda_numpy_mismatch()
+        if broken:
+            return broken
         from numba import cuda
 
         return None if cuda.is_available() else "no CUDA GPU is visible to numba-cuda"
     raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(ALL_BACKENDS[1:])}")
+
+
+def _cuda_numpy_mismatch() -> str | None:
+    """Why numba-cuda's CUDA target cannot load with this NumPy (it loads its NumPy support at
+    the first kernel compile: numba-cuda 0.30.4 fails there with numpy 2.5, which removed
+    ``np.row_stack``), or None."""
+    try:
+        import numba.cuda.np.arrayobj  # noqa: F401 - imported for the check
+    except Exception as error:
+        from importlib.metadata import version
+
+        import numpy as np
+
+        return (f"numba-cuda {version('numba-cuda')} does not work with numpy {np.__version__} "
+                f"({type(error).__name__}: {error}): pip install 'numpy<2.5' (what "
+                f"'envfleet[cuda]' asks for)")
+    return None
 
 
 def _has(module: str) -> bool:
