@@ -274,3 +274,23 @@ def test_kernels_type_and_lower_for_a_real_gpu():
             spec = FAMILIES[env_id]
             lower_kernels(spec, spec.make_params(), MODES)
     """)
+
+
+def test_steps_replay_a_captured_graph_on_a_gpu():
+    """On a GPU the third step on replays the captured step (no silent fallback to launches);
+    under the simulator every step is launched."""
+    from envfleet.native.cuda_backend import SIMULATOR
+
+    n = 8
+    cenv, nenv = pair(n)
+    cenv.reset()
+    nenv.reset()
+    for t in range(5):
+        assert_same(cenv.step(actions_at(t, n))[0], nenv.step(actions_at(t, n))[0], f"obs {t}")
+    step = cenv.engine._captured.get("step")
+    if SIMULATOR:
+        assert cenv.engine.graphs is False and step is None
+    else:
+        import torch
+
+        assert isinstance(step, torch.cuda.CUDAGraph), step
