@@ -18,10 +18,11 @@ import pytest
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
-#: float64 state on a real GPU may differ from the CPU's by a few ulp (FMA contraction and
-#: libdevice's rounding; measured 1-2 ulp on an H200); observations, rewards, flags and integer
-#: state agree exactly, and everything agrees bit for bit under the simulator.
-GPU_FLOAT64_MAX_ULP = 8
+#: float64 state on a real GPU differs from the CPU's by a few ulp per step (FMA contraction and
+#: libdevice's rounding), growing along an episode: 9-47 ulp after the 30 steps of the tests on
+#: an H200. Observations (float32), rewards, flags and integer state agree exactly, and
+#: everything agrees bit for bit under the simulator.
+GPU_FLOAT64_MAX_ULP = 256
 
 
 def host(x):

@@ -253,8 +253,8 @@ def gymnax_peer(check: Check) -> None:
         @jax.jit
         def step(key: Any, state: Any, a: Any, n: int = n) -> Any:
             key, sub = jax.random.split(key)
-            obs, state, r, done, _ = vstep(jax.random.split(sub, n), state, a, params)
-            return key, state, obs, r, done
+            obs, state, r, te, tr, _ = vstep(jax.random.split(sub, n), state, a, params)
+            return key, state, obs, r, te, tr
 
         box = {"key": key, "state": state, "k": 0, "out": None}
 
@@ -275,8 +275,8 @@ def gymnax_peer(check: Check) -> None:
                 def body(carry: Any, a: Any) -> Any:
                     key, state = carry
                     key, sub = jax.random.split(key)
-                    _, state, r, done, _ = vstep(jax.random.split(sub, n), state, a, params)
-                    return (key, state), (r, done)
+                    _, state, r, te, _, _ = vstep(jax.random.split(sub, n), state, a, params)
+                    return (key, state), (r, te)
 
                 (key, state), outs = jax.lax.scan(body, (key, state), batch)
                 return key, state, outs
