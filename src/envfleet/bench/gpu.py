@@ -67,8 +67,9 @@ DRY = False
 def sync() -> None:
     """Wait for the GPU (nothing to wait for in a dry run)."""
     if not DRY:
+        import torch
 
-        sync()
+        torch.cuda.synchronize()
 
 
 def sized(sizes: tuple[int, ...]) -> tuple[int, ...]:
