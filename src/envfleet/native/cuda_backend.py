@@ -26,7 +26,7 @@ from typing import Any
 
 import numpy as np
 import torch
-from numba import cuda
+from numba import cuda, int32
 
 from envfleet.contract import check_action_batch
 from envfleet.native.driver import (
@@ -82,19 +82,27 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (
     def step(n, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
              truncated, final_obs, counters, saved):
         i = cuda.grid(1)
+        # ended episodes are counted per block (shared memory), then added once per block: one
+        # global atomic per env that ended serialised on one address (10^7 envs: ~0.5M a step)
+        ended = cuda.shared.array(1, int32)
+        if cuda.threadIdx.x == 0:
+            ended[0] = 0
+        cuda.syncthreads()
         refused = counters[REFUSED]  # final: the validation ran before, on the same stream
         if i == 0:
             if refused < n and counters[REFUSED_AT] < 0:
                 counters[REFUSED_AT] = counters[STEPS]
                 save_action(refused, actions, saved)
             counters[STEPS] += 1
-        if i >= n or refused < n:  # out of range, or a step was refused: move nothing
-            return
-        begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
-        if advance(i, state, params, actions, rng, max_steps, pending, obs, rewards, terminated,
-                   truncated):
-            cuda.atomic.add(counters, ENDED, 1)
-        finish(i, state, params, rng, obs, terminated, truncated, final_obs)
+        if i < n and refused >= n:  # in range, and no step was refused: move
+            begin(i, state, params, rng, pending, obs, rewards, terminated, truncated)
+            if advance(i, state, params, actions, rng, max_steps, pending, obs, rewards,
+                       terminated, truncated):
+                cuda.atomic.add(ended, 0, 1)
+            finish(i, state, params, rng, obs, terminated, truncated, final_obs)
+        cuda.syncthreads()  # every thread of the block reaches it (no early return above)
+        if cuda.threadIdx.x == 0 and ended[0] > 0:
+            cuda.atomic.add(counters, ENDED, ended[0])
 
     @cuda.jit
     def reset(n, mask, new_seeds, reseed, state, params, rng, pending, obs):
