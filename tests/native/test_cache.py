@@ -12,6 +12,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import stat
 import subprocess
 import sys
@@ -120,9 +121,10 @@ def test_disabled_cache_compiles_in_every_process(tmp_path):
 
 def test_unused_files_are_pruned_and_loaded_files_kept(tmp_path):
     cache = tmp_path / "cache"
-    cache.mkdir()
+    cache.mkdir(mode=0o700)  # the cache trusts no directory others can write (umask 002)
     long_ago = time.time() - 40 * 86400
-    stale = cache / "step_serial-0123.nbk"  # an edited family's old kernel
+    # an edited family's old kernel (named as the cache names its files: 40 hex digits)
+    stale = cache / f"step_serial-{'0123' * 10}.nbk"
     stale.write_bytes(b"old machine code")
     os.utime(stale, (long_ago, long_ago))
     unrelated = cache / "notes.txt"
@@ -170,10 +172,10 @@ def test_kernels_compiled_in_different_processes_load_side_by_side(tmp_path):
     alone, _ = _run(MODES_SCRIPT, tmp_path / "same", MODES="SameStep")
     _run(MODES_SCRIPT, tmp_path / "next", MODES="NextStep")
     both = tmp_path / "both"
-    both.mkdir()
+    both.mkdir(mode=0o700)  # the cache trusts no directory or file others can write
     for part in ("same", "next"):
         for path in (tmp_path / part).iterdir():
-            (both / path.name).write_bytes(path.read_bytes())
+            shutil.copy(path, both / path.name)  # with its mode, 0600
     loaded, err = _run(MODES_SCRIPT, both, MODES="NextStep,SameStep")
     assert NOTICE not in err, err  # every kernel came from the files
     assert loaded["SameStep"] == alone["SameStep"]

@@ -395,10 +395,13 @@ def _trusted_directory(directory: Path) -> Iterator[int | None]:
         yield None
         return
     try:
-        why = _distrust(os.fstat(handle))
+        info = os.fstat(handle)
+        why = _distrust(info)
         if why is not None:
-            _refuse(directory, why, "kernels compile without the cache and are not saved "
-                    "(chmod 700 it, or set ENVFLEET_CACHE_DIR to a directory of your own)")
+            mine = info.st_uid == os.geteuid() and not info.st_mode & stat.S_ISVTX
+            fix = "chmod 700 it" if mine else "set ENVFLEET_CACHE_DIR to a directory of your own"
+            _refuse(directory, why, f"kernels compile without the cache and are not saved "
+                    f"({fix}, or ENVFLEET_CACHE=0)")
         yield handle if why is None else None
     finally:
         os.close(handle)
