@@ -90,8 +90,12 @@ _distinct_symbols()
 
 def cache_dir() -> Path | None:
     """The kernel cache directory, or None when ``ENVFLEET_CACHE=0`` turns the cache off (or
-    there is no home directory to put it in)."""
+    there is no home directory to put it in, or no way to check who wrote a file: a system
+    without POSIX owners, ``O_NOFOLLOW`` and ``dir_fd``)."""
     if os.environ.get("ENVFLEET_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if not (hasattr(os, "geteuid") and hasattr(os, "O_NOFOLLOW") and
+            os.open in os.supports_dir_fd and os.unlink in os.supports_dir_fd):
         return None
     chosen = os.environ.get("ENVFLEET_CACHE_DIR")
     if chosen:
