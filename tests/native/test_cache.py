@@ -2,22 +2,32 @@
 kernels a first one compiled, without compiling or announcing a compile, and steps identically;
 a changed family (its ``step_one``, or a helper module it calls) compiles again and runs the new
 code; processes writing the cache at once, a damaged cache file and ``ENVFLEET_CACHE=0`` all
-work. Each process is a fresh interpreter with its own temporary cache directory."""
+work. Each process is a fresh interpreter with its own temporary cache directory. What the
+cache trusts (owner, permissions, file type) and what its pruning deletes is tested in process,
+on one tiny kernel."""
 
 from __future__ import annotations
 
 import json
 import os
+import pickle
+import re
+import shutil
+import stat
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
+from typing import Any
 
+import numba
 import numpy as np
+import pytest
 
 import envfleet
-from envfleet.native.kernel_cache import cache_dir, fingerprint
+from envfleet.native.kernel_cache import cache_dir, disk_cached, fingerprint, prune_unused
 
 NOTICE = "envfleet: compiling"
 
@@ -111,9 +121,10 @@ def test_disabled_cache_compiles_in_every_process(tmp_path):
 
 def test_unused_files_are_pruned_and_loaded_files_kept(tmp_path):
     cache = tmp_path / "cache"
-    cache.mkdir()
+    cache.mkdir(mode=0o700)  # the cache trusts no directory others can write (umask 002)
     long_ago = time.time() - 40 * 86400
-    stale = cache / "step_serial-0123.nbk"  # an edited family's old kernel
+    # an edited family's old kernel (named as the cache names its files: 40 hex digits)
+    stale = cache / f"step_serial-{'0123' * 10}.nbk"
     stale.write_bytes(b"old machine code")
     os.utime(stale, (long_ago, long_ago))
     unrelated = cache / "notes.txt"
@@ -161,10 +172,10 @@ def test_kernels_compiled_in_different_processes_load_side_by_side(tmp_path):
     alone, _ = _run(MODES_SCRIPT, tmp_path / "same", MODES="SameStep")
     _run(MODES_SCRIPT, tmp_path / "next", MODES="NextStep")
     both = tmp_path / "both"
-    both.mkdir()
+    both.mkdir(mode=0o700)  # the cache trusts no directory or file others can write
     for part in ("same", "next"):
         for path in (tmp_path / part).iterdir():
-            (both / path.name).write_bytes(path.read_bytes())
+            shutil.copy(path, both / path.name)  # with its mode, 0600
     loaded, err = _run(MODES_SCRIPT, both, MODES="NextStep,SameStep")
     assert NOTICE not in err, err  # every kernel came from the files
     assert loaded["SameStep"] == alone["SameStep"]
@@ -354,3 +365,183 @@ def test_executor_workers_load_the_kernels(tmp_path):
     warm, err = _run(WORKERS, cache)
     assert NOTICE not in err, err
     assert warm == cold
+
+
+# --- trust: what is loaded, written and deleted (in process, one tiny kernel) --------------
+
+
+def _plus_one(x):
+    return x + 1
+
+
+def _tiny(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    """A new dispatcher of ``_plus_one`` on the disk cache in ``cache`` (the same file every
+    time: the same fingerprint)."""
+    monkeypatch.setenv("ENVFLEET_CACHE_DIR", str(cache))
+    monkeypatch.delenv("ENVFLEET_CACHE", raising=False)
+    return disk_cached(numba.njit(_plus_one))
+
+
+def _counts(dispatcher: Any) -> tuple[int, int]:
+    """(loads from disk, compiles) of ``dispatcher``."""
+    return (sum(dispatcher.stats.cache_hits.values()),
+            sum(dispatcher.stats.cache_misses.values()))
+
+
+class _Payload:
+    """What a hostile cache file holds: unpickling it runs ``os.mkdir(marker)``."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple:
+        return os.mkdir, (str(self.marker),)
+
+
+def _kernel_file(cache: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Compile the tiny kernel into ``cache``; its one file."""
+    assert _tiny(cache, monkeypatch)(1) == 2
+    (path,) = cache.iterdir()
+    return path
+
+
+def _needs_root() -> None:
+    if os.geteuid() != 0:
+        pytest.skip("planting another user's files needs root (os.chown to uid 65534)")
+
+
+def _other_users_file(path: Path, cache: Path, payload: Path) -> None:
+    _needs_root()
+    os.chown(path, 65534, 65534)
+
+
+def _other_users_directory(path: Path, cache: Path, payload: Path) -> None:
+    _needs_root()
+    os.chown(path, 65534, 65534)
+    os.chown(cache, 65534, 65534)
+
+
+def _symbolic_link(path: Path, cache: Path, payload: Path) -> None:
+    path.unlink()
+    path.symlink_to(payload)
+
+
+#: how each planted file is refused: (how it is planted, the path named, the reason given,
+#: whether the directory is trusted: then the kernel compiled replaces the file)
+PLANTED = {
+    "another user's file": (_other_users_file, "file", "owned by uid 65534, not by this user",
+                            True),
+    "a file writable by others": (lambda path, cache, payload: path.chmod(0o646), "file",
+                                  "writable by its group or others (mode 646)", True),
+    "a symbolic link": (_symbolic_link, "file", "a symbolic link", True),
+    "another user's directory": (_other_users_directory, "cache",
+                                 "owned by uid 65534, not by this user", False),
+    "a directory writable by others": (lambda path, cache, payload: cache.chmod(0o777),
+                                       "cache", "writable by its group or others (mode 777)",
+                                       False),
+    "a directory writable by its group": (lambda path, cache, payload: cache.chmod(0o770),
+                                          "cache", "writable by its group or others (mode 770)",
+                                          False),
+    "a sticky directory writable by all, as /tmp": (
+        lambda path, cache, payload: cache.chmod(0o1777), "cache",
+        "writable by its group or others (mode 1777)", False),
+}
+
+
+@pytest.mark.parametrize("case", list(PLANTED))
+def test_untrusted_cache_files_are_refused_not_unpickled(case, tmp_path, monkeypatch, capsys):
+    """A cache file unpickled runs whatever its writer put in it: one that this user (or root)
+    did not write, or that others could have replaced, is refused with one line on stderr and
+    the kernel compiles as with an empty cache (saved only into a trusted directory)."""
+    plant, named, reason, trusted = PLANTED[case]
+    cache = tmp_path / "cache"
+    path = _kernel_file(cache, monkeypatch)
+    marker = tmp_path / "payload ran"
+    payload = tmp_path / "elsewhere.nbk"
+    for hostile in (path, payload):
+        hostile.write_bytes(pickle.dumps(_Payload(marker)))
+    plant(path, cache, payload)
+    listing = sorted(cache.iterdir())
+    capsys.readouterr()
+
+    again = _tiny(cache, monkeypatch)
+    assert again(41) == 42
+    assert not marker.exists(), "the planted file was unpickled"
+    assert _counts(again) == (0, 1)
+    refused = {"file": path, "cache": cache}[named]
+    lines = capsys.readouterr().err.splitlines()
+    assert len(lines) == 1 and lines[0].startswith(
+        f"envfleet: kernel cache: not using {refused}: {reason}"), lines
+    if trusted:  # the compiled kernel replaced the planted file, and loads
+        info = path.lstat()
+        assert stat.S_ISREG(info.st_mode) and stat.S_IMODE(info.st_mode) == 0o600
+        assert info.st_uid == os.geteuid()
+        loaded = _tiny(cache, monkeypatch)
+        assert loaded(1) == 2 and _counts(loaded) == (1, 0)
+    else:  # nothing written into a directory others control
+        assert sorted(cache.iterdir()) == listing
+        assert path.read_bytes() == payload.read_bytes()
+
+
+def test_fifo_at_a_cache_file_does_not_block(tmp_path, monkeypatch, capsys):
+    """Opening a FIFO for reading waits for a writer: the cache opens without blocking and
+    refuses anything but a regular file."""
+    cache = tmp_path / "cache"
+    path = _kernel_file(cache, monkeypatch)
+    path.unlink()
+    os.mkfifo(path, 0o600)
+    capsys.readouterr()
+    again = _tiny(cache, monkeypatch)
+    result: list[int] = []
+    worker = threading.Thread(target=lambda: result.append(again(1)), daemon=True)
+    worker.start()
+    worker.join(timeout=60)
+    blocked = worker.is_alive()
+    if blocked:  # give the reader its end of file, so the thread finishes
+        os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        worker.join(timeout=60)
+    assert not blocked, "loading the kernel blocked on the FIFO"
+    assert result == [2] and _counts(again) == (0, 1)
+    err = capsys.readouterr().err
+    assert f"not using {path}: not a regular file (a FIFO)" in err, err
+    assert stat.S_ISREG(path.lstat().st_mode)  # replaced by the compiled kernel
+
+
+def test_cache_directory_is_created_private(tmp_path, monkeypatch):
+    """The directories the cache creates are 0700 and its files 0600, with no temporaries
+    left: only this user can read, list or replace them."""
+    cache = tmp_path / "a" / "b" / "cache"
+    path = _kernel_file(cache, monkeypatch)
+    for directory in (tmp_path / "a", tmp_path / "a" / "b", cache):
+        assert stat.S_IMODE(directory.stat().st_mode) == 0o700, directory
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert re.fullmatch(r"_plus_one-[0-9a-f]{40}\.nbk", path.name), path.name
+
+
+def test_pruning_deletes_only_the_caches_own_files(tmp_path, monkeypatch):
+    """A save deletes kernel files unused for 30 days and stray temporaries, by the cache's
+    own naming; a user's dotfiles and other files in the directory, and anything outside it,
+    are kept however old."""
+    cache = tmp_path / "cache"
+    cache.mkdir(mode=0o700)
+    key = "0123456789abcdef" * 2 + "01234567"
+    ours = [f"step_serial-{key}.nbk", f".step_serial-{key}.nbk.k3_x9q2a"]
+    theirs = [".env", ".my_notes", "notes.txt", ".hidden.nbk", "results.nbk",
+              f"step_serial-{key}.nbk.bak", f".step_serial-{key}.nbk"]
+    long_ago = time.time() - 40 * 86400
+    for name in ours + theirs:
+        (cache / name).write_text("x")
+    (cache / ".git").mkdir()
+    outside = tmp_path / f"step_serial-{key}.nbk"
+    outside.write_text("x")
+    for path in (*cache.iterdir(), outside):
+        os.utime(path, (long_ago, long_ago))
+
+    assert _tiny(cache, monkeypatch)(1) == 2  # compiles and saves: the save prunes
+    left = {p.name for p in cache.iterdir()}
+    assert not left & set(ours), left
+    assert left >= {*theirs, ".git"}, left
+    assert outside.exists()
+    prune_unused(cache)  # the new kernel file is in use: kept
+    assert any(re.fullmatch(r"_plus_one-[0-9a-f]{40}\.nbk", name)
+               for name in (p.name for p in cache.iterdir()))

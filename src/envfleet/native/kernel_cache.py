@@ -19,12 +19,21 @@ docs/ARCHITECTURE.md, "The kernel cache", says what is keyed and what is not.
 
 ``ENVFLEET_CACHE_DIR`` sets the directory (default ``$XDG_CACHE_HOME/envfleet/numba``, else
 ``~/.cache/envfleet/numba``); ``ENVFLEET_CACHE=0`` turns the cache off.
+
+Loading a file unpickles it, which can run any code, so the cache trusts only what this user
+(or root) wrote: the directory must be owned by the user or root and writable by no one else
+(created 0700), each file a regular file owned by the user or root and writable by no one else,
+checked on the opened descriptors (``O_NOFOLLOW``, ``O_NONBLOCK``: no window between check and
+read, no symbolic link followed, a FIFO never blocks). Anything else is refused with one line
+on stderr and the kernel compiles as with an empty cache; nothing is written to a directory
+refused. Pruning deletes only files of the cache's own naming (``_KERNEL_FILE``, ``_TEMPORARY``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import enum
+import errno
 import hashlib
 import io
 import itertools
@@ -32,13 +41,13 @@ import os
 import pickle
 import re
 import secrets
+import stat
 import sys
-import tempfile
 import time
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 import llvmlite
 import numba
@@ -56,6 +65,11 @@ _VERSIONS = (_FORMAT, numba.__version__, llvmlite.__version__, np.__version__, s
 _ADDRESS = re.compile(r" at 0x[0-9a-fA-F]+")
 #: a cache file not loaded for this many days is deleted at the next save
 UNUSED_DAYS = 30
+#: a kernel file's name (``KernelCache.path``): ``<kernel>-<40 hex digits>.nbk``
+_KERNEL_FILE = re.compile(r"[^./][^/]*-[0-9a-f]{40}\.nbk")
+#: a save's temporary file: ``.<kernel file>.<8 characters>`` (as ``tempfile.mkstemp`` named
+#: them before, so a killed writer's leftovers from then are pruned too)
+_TEMPORARY = re.compile(r"\.[^./][^/]*-[0-9a-f]{40}\.nbk\.[a-z0-9_]{8}")
 
 
 def _distinct_symbols() -> None:
@@ -76,8 +90,12 @@ _distinct_symbols()
 
 def cache_dir() -> Path | None:
     """The kernel cache directory, or None when ``ENVFLEET_CACHE=0`` turns the cache off (or
-    there is no home directory to put it in)."""
+    there is no home directory to put it in, or no way to check who wrote a file: a system
+    without POSIX owners, ``O_NOFOLLOW`` and ``dir_fd``)."""
     if os.environ.get("ENVFLEET_CACHE", "1").strip().lower() in ("0", "false", "no", "off"):
+        return None
+    if not (hasattr(os, "geteuid") and hasattr(os, "O_NOFOLLOW") and
+            os.open in os.supports_dir_fd and os.unlink in os.supports_dir_fd):
         return None
     chosen = os.environ.get("ENVFLEET_CACHE_DIR")
     if chosen:
@@ -271,18 +289,20 @@ class KernelCache(_Cache):
         return self._directory / f"{self._name}-{h.hexdigest()[:40]}.nbk"
 
     def load_overload(self, sig: Any, target_context: Any) -> Any:
-        """The compiled code of ``sig`` from disk, or None: absent, unreadable or corrupt,
-        numba compiles it (and the file is replaced)."""
+        """The compiled code of ``sig`` from disk, or None: absent, unreadable, corrupt or not
+        trusted (``_trusted_file``), numba compiles it (and the file is replaced, in a trusted
+        directory)."""
         if self._enabled:
             try:
                 _ready_to_load(target_context)
                 path = self.path(sig, target_context.codegen())
-                with path.open("rb") as f:
-                    payload = _Unpickler(f, _classes(sig)).load()
-                result = compiler.CompileResult._rebuild(target_context, *payload)
-                with contextlib.suppress(OSError):  # used: kept by prune_unused
-                    os.utime(path)
-                return result
+                with _trusted_file(path) as f:
+                    if f is not None:
+                        payload = _Unpickler(f, _classes(sig)).load()
+                        result = compiler.CompileResult._rebuild(target_context, *payload)
+                        with contextlib.suppress(OSError):  # used: kept by prune_unused
+                            os.utime(f.fileno())
+                        return result
             except Exception:  # any failure only costs a compile
                 pass
         if self._on_compile is not None:
@@ -290,26 +310,34 @@ class KernelCache(_Cache):
         return None
 
     def save_overload(self, sig: Any, cres: Any) -> None:
-        """Write ``cres`` atomically (a unique temporary file renamed into place); a kernel
-        numba cannot cache (pointers or large arrays compiled in) or an unwritable directory
-        only means it is compiled again next time."""
+        """Write ``cres`` atomically (a temporary file of the cache's naming, mode 0600, renamed
+        into place) into a trusted directory (created 0700); a kernel numba cannot cache
+        (pointers or large arrays compiled in), an unwritable or untrusted directory only means
+        it is compiled again next time."""
         if not self._enabled or cres.library.has_dynamic_globals or \
                 any(not lifted.can_cache for lifted in cres.lifted):
             return
         target = self.path(sig, cres.codegen)
-        temporary = None
         try:
             data = _dumps(cres._reduce(), _classes(sig))
-            target.parent.mkdir(parents=True, exist_ok=True)
-            handle, temporary = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-            with os.fdopen(handle, "wb") as f:
-                f.write(data)
-            os.replace(temporary, target)
+            _make_directory(target.parent)
         except Exception:  # a cache that cannot be written is no error
-            if temporary is not None:
+            return
+        with _trusted_directory(target.parent) as directory:
+            if directory is None:
+                return
+            temporary = f".{target.name}.{secrets.token_hex(4)}"
+            try:
+                handle = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL |
+                                 os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=directory)
+                with os.fdopen(handle, "wb") as f:
+                    f.write(data)
+                os.replace(temporary, target.name, src_dir_fd=directory,
+                           dst_dir_fd=directory)
+            except OSError:
                 with contextlib.suppress(OSError):
-                    os.unlink(temporary)
-        prune_unused(target.parent)
+                    os.unlink(temporary, dir_fd=directory)
+            _prune(directory, UNUSED_DAYS)
 
     def enable(self) -> None:
         self._enabled = True
@@ -321,16 +349,131 @@ class KernelCache(_Cache):
         pass
 
 
+# --- trust: what may be unpickled ----------------------------------------------------------
+
+#: the refusals already said in this process (path, reason): each is said once
+_WARNED: set[tuple[str, str]] = set()
+
+
+def _refuse(path: Path, why: str, then: str) -> None:
+    """Say on stderr, in one line, that the cache does not use ``path`` and why (once per
+    process): a refusal is a permission problem to fix, or someone else's files."""
+    if (str(path), why) in _WARNED:
+        return
+    _WARNED.add((str(path), why))
+    print(f"envfleet: kernel cache: not using {path}: {why}; {then}", file=sys.stderr,
+          flush=True)
+
+
+def _distrust(info: os.stat_result) -> str | None:
+    """Why an opened cache directory or file cannot be trusted, or None: it must be owned by
+    this user or root (who can replace anything anyway) and writable by no one else."""
+    user = os.geteuid()
+    if info.st_uid not in (user, 0):
+        return f"owned by uid {info.st_uid}, not by this user (uid {user}) or root"
+    if info.st_mode & (stat.S_IWGRP | stat.S_IWOTH):
+        return f"writable by its group or others (mode {stat.S_IMODE(info.st_mode):o})"
+    return None
+
+
+def _make_directory(directory: Path) -> None:
+    """Create ``directory`` and its missing parents, each 0700 (``Path.mkdir`` gives parents
+    the default mode)."""
+    missing = []
+    while not os.path.lexists(directory) and directory.parent != directory:
+        missing.append(directory)
+        directory = directory.parent
+    for path in reversed(missing):
+        with contextlib.suppress(FileExistsError):
+            path.mkdir(mode=0o700)
+
+
+@contextlib.contextmanager
+def _trusted_directory(directory: Path) -> Iterator[int | None]:
+    """A descriptor of ``directory`` (every file operation goes through it: a directory
+    swapped after the check is not used), or None when it is missing, unreadable or not
+    trusted (``_distrust``; refused on stderr)."""
+    try:
+        handle = os.open(directory, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    except OSError:
+        yield None
+        return
+    try:
+        info = os.fstat(handle)
+        why = _distrust(info)
+        if why is not None:
+            mine = info.st_uid == os.geteuid() and not info.st_mode & stat.S_ISVTX
+            fix = "chmod 700 it" if mine else "set ENVFLEET_CACHE_DIR to a directory of your own"
+            _refuse(directory, why, f"kernels compile without the cache and are not saved "
+                    f"({fix}, or ENVFLEET_CACHE=0)")
+        yield handle if why is None else None
+    finally:
+        os.close(handle)
+
+
+@contextlib.contextmanager
+def _trusted_file(path: Path) -> Iterator[BinaryIO | None]:
+    """``path`` open for reading, or None when it is missing or not trusted: its directory
+    (``_trusted_directory``) and the opened file itself must be trusted, and it must be a
+    regular file. Opened with ``O_NOFOLLOW`` (a symbolic link is refused) and ``O_NONBLOCK``
+    (a FIFO does not block), then checked with ``fstat``: what is checked is what is read."""
+    with _trusted_directory(path.parent) as directory:
+        if directory is None:
+            yield None
+            return
+        try:
+            handle = os.open(path.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK |
+                             os.O_CLOEXEC, dir_fd=directory)
+        except FileNotFoundError:
+            yield None
+            return
+        except OSError as error:  # ELOOP: a symbolic link; ENXIO: a socket
+            why = "a symbolic link" if error.errno == errno.ELOOP else \
+                f"cannot be opened ({error.strerror})"
+            _refuse(path, why, "compiling the kernel instead")
+            yield None
+            return
+        with os.fdopen(handle, "rb") as f:
+            info = os.fstat(handle)
+            why = None if stat.S_ISREG(info.st_mode) else \
+                f"not a regular file ({_kind(info.st_mode)})"
+            why = why or _distrust(info)
+            if why is not None:
+                _refuse(path, why, "compiling the kernel instead")
+            yield f if why is None else None
+
+
+def _kind(mode: int) -> str:
+    """What a non-regular file is, in a word."""
+    for test, name in ((stat.S_ISFIFO, "a FIFO"), (stat.S_ISDIR, "a directory"),
+                       (stat.S_ISCHR, "a character device"), (stat.S_ISBLK, "a block device"),
+                       (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return name
+    return f"mode {mode:o}"
+
+
 def prune_unused(directory: Path, days: float = UNUSED_DAYS) -> None:
     """Delete the kernel files in ``directory`` not loaded or written for ``days`` (and
-    temporaries a killed writer left): a save is rare (a compile), so it pays for the scan."""
+    temporaries a killed writer left), if the directory is trusted: a save is rare (a
+    compile), so it pays for the scan."""
+    with _trusted_directory(directory) as handle:
+        if handle is not None:
+            _prune(handle, days)
+
+
+def _prune(directory: int, days: float) -> None:
+    """``prune_unused`` in the open directory ``directory``: only regular files named as the
+    cache names its files and temporaries (``_KERNEL_FILE``, ``_TEMPORARY``), nothing else."""
     oldest = time.time() - days * 86400
-    with contextlib.suppress(OSError):
-        for path in directory.iterdir():
-            if path.name.endswith(".nbk") or path.name.startswith("."):
-                with contextlib.suppress(OSError):
-                    if path.stat().st_mtime < oldest:
-                        path.unlink()
+    with contextlib.suppress(OSError), os.scandir(directory) as entries:
+        for entry in entries:
+            if not (_KERNEL_FILE.fullmatch(entry.name) or _TEMPORARY.fullmatch(entry.name)):
+                continue
+            with contextlib.suppress(OSError):
+                info = entry.stat(follow_symlinks=False)
+                if stat.S_ISREG(info.st_mode) and info.st_mtime < oldest:
+                    os.unlink(entry.name, dir_fd=directory)
 
 
 def _classes(sig: Any) -> list[type]:
