@@ -12,6 +12,7 @@ import pytest
 from envfleet.bench.measure import PointSpec, run_point
 from envfleet.bench.report import Results, envs_label, human, ratio
 from envfleet.cli import main
+from tests.unwritable import DIR_KINDS, unwritable_dir
 
 
 def test_tiny_run_writes_jsonl_markdown_and_plot(tmp_path):
@@ -53,6 +54,21 @@ def test_unknown_env_is_envfleets_error(tmp_path, capsys):
     assert main(["bench", "--env", "CartPol-v1", "--out", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "unknown env id 'CartPol-v1'" in err and "CartPole-v1" in err
+
+
+@pytest.mark.parametrize("kind", DIR_KINDS)
+def test_unwritable_out_is_refused_before_measuring(kind, tmp_path, monkeypatch, capsys):
+    from envfleet.bench import runner
+
+    def no_points(*args, **kwargs):
+        raise AssertionError("points were planned although --out cannot be written")
+
+    monkeypatch.setattr(runner, "plan", no_points)
+    out = unwritable_dir(tmp_path, kind)
+    assert main(["bench", "--backends", "numba", "--num-envs", "1", "--seconds", "0.01",
+                 "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"envfleet bench: error: --out {out}: ") and "Traceback" not in err
 
 
 @pytest.mark.parametrize("option", [["--num-envs", "0,64"], ["--seconds", "-1"],

@@ -68,7 +68,7 @@ from envfleet.bench.report import (
     rich_tables,
 )
 from envfleet.bench.studies import STUDIES
-from envfleet.cli import CommandError
+from envfleet.cli import CommandError, check_output
 from envfleet.registry import _native_name  # make()'s lookup
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
@@ -434,6 +434,7 @@ def run(args: argparse.Namespace) -> int:
     from envfleet import UnknownEnvError
     from envfleet.registry import _gym_spec, _native_spec  # make()'s lookups
 
+    check_output(args.out, "--out", directory=True)  # before any point is measured
     if args.study:
         from envfleet.bench import studies
 

@@ -8,15 +8,22 @@ imported only when a command runs (``envfleet --help`` and ``envfleet bench`` st
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import math
 import os
+import re
+import signal
+import sys
+import tempfile
+import threading
 import time
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from envfleet.cli import CommandError
+from envfleet.cli import CommandError, check_output
 
 #: tuned settings per env id (anything not given: ``ppo.Args``'s defaults)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -107,6 +114,8 @@ def _seed(text: str) -> int:
     value = int(text)
     if value < 0:
         raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if value >= 2**64:
+        raise argparse.ArgumentTypeError(f"must be below 2**64 (seeds are uint64), got {text}")
     return value
 
 
@@ -302,6 +311,65 @@ def _check_env(env_id: str, backend: str) -> None:
     if backend != "auto" and backend not in envfleet.registry.ALL_BACKENDS:
         raise CommandError(f"unknown backend {backend!r}; valid backends: "
                            f"{', '.join(envfleet.registry.ALL_BACKENDS)}")
+    if resolve_backend(env_id, backend) in envfleet.registry.EXECUTOR_BACKENDS:
+        missing = missing_dependency(env_id)
+        if missing is not None:
+            raise CommandError(missing)
+
+
+def missing_dependency(env_id: str) -> str | None:
+    """Why Gymnasium's ``env_id`` cannot be built here (its entry point imports a package that
+    is not installed), found in this process before any worker starts; None when it imports
+    (an unknown id is left to ``make``, which names the closest ones)."""
+    import gymnasium
+    from gymnasium.envs.registration import load_env_creator
+
+    from envfleet.registry import _gym_spec  # make()'s own lookup
+
+    try:
+        spec = _gym_spec(env_id)
+    except Exception:
+        return None
+    if not isinstance(spec.entry_point, str):
+        return None
+    try:
+        load_env_creator(spec.entry_point)
+    except gymnasium.error.DependencyNotInstalled as error:  # Gymnasium's names the extra
+        return f"{env_id} needs a package that is not installed: {error}"
+    except ModuleNotFoundError as error:
+        return (f"{env_id} needs the module {error.name!r}, which is not installed (its entry "
+                f"point {spec.entry_point} imports it): install the package that provides it")
+    return None
+
+
+def _check_device(device: str | None) -> None:
+    """Refuse a torch device this machine does not have, naming the ones it has."""
+    if device is None:
+        return
+    import torch
+
+    available = ["cpu"]
+    if torch.cuda.is_available():
+        available += [f"cuda:{i}" for i in range(torch.cuda.device_count())]
+    if torch.backends.mps.is_available():
+        available.append("mps")
+    try:
+        wanted = torch.device(device)
+    except (RuntimeError, ValueError) as error:
+        first = next(iter(str(error).splitlines()), "")
+        raise CommandError(f"--device {device!r} is not a torch device ({first}); available "
+                           f"here: {', '.join(available)}") from None
+    if wanted.type == "cpu":
+        return
+    if wanted.type == "mps":
+        present = torch.backends.mps.is_available()
+    else:  # torch.cuda, torch.xpu, ...: is_available() and device_count()
+        module = getattr(torch, wanted.type, None)
+        present = (hasattr(module, "is_available") and module.is_available()
+                   and (wanted.index is None or wanted.index < module.device_count()))
+    if not present:
+        raise CommandError(f"--device {device} is not available here; available: "
+                           f"{', '.join(available)}")
 
 
 # --- train --------------------------------------------------------------------------------
@@ -325,8 +393,22 @@ def _breakdown(times: dict[str, float]) -> str:
 
 
 def run_train(options: argparse.Namespace) -> int:
-    """Train, print progress and the summary; write JSON, plot and policy when asked."""
+    """Train, print progress and the summary; write JSON, plot and policy when asked.
+
+    Every output path is checked before training starts. Where one fails at the end anyway, the
+    output goes to a new file next to it (else in the current or the temp directory), said on
+    stderr, and the exit status is 1. Ctrl-C stops training at once: the policy and the summary
+    so far are written (to the asked paths, else new files in the current directory), said on
+    stderr, and the exit status is 130.
+    """
     _check_env(options.env, options.backend)
+    plot_path = options.plot or (options.json.with_suffix(".png") if options.json else None)
+    for option, path in (("--save", options.save), ("--json", options.json),
+                         ("--plot" if options.plot else "--plot (next to --json)", plot_path)):
+        if path is not None:
+            check_output(path, option)
+    if options.plot is not None:
+        _check_plot_format(options.plot)
     # numba's OpenMP threads (an env with num_threads > 1) spin after each parallel step and
     # starve torch on a small machine; passive waiting costs nothing here (set before torch loads)
     os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
@@ -337,7 +419,14 @@ def run_train(options: argparse.Namespace) -> int:
     from envfleet.bench.measure import background_load, cpu_seconds
     from envfleet.train import ppo
 
+    _check_device(options.device)
     args = build_args(options)
+    highest = max(args.num_envs, ppo.EVAL_SEED_OFFSET + args.eval_episodes)  # seeds: seed + i
+    if args.seed + highest > 2**64:
+        raise CommandError(f"--seed {args.seed} is too large: the training envs are seeded seed + "
+                           f"i and the evaluation envs seed + {ppo.EVAL_SEED_OFFSET} + i, which "
+                           f"must stay below 2**64 (seeds are uint64); use at most "
+                           f"{2**64 - highest}")
     console = Console(quiet=options.quiet, highlight=False)
     for line in header(args):
         console.print(line, soft_wrap=True)
@@ -370,14 +459,31 @@ def run_train(options: argparse.Namespace) -> int:
         with bar:
             agent, summary = ppo.train(args, on_progress)
     except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError,
-            ppo.UnsupportedSpaceError) as error:
+            ppo.UnsupportedSpaceError, ppo.EnvBuildError) as error:
         raise CommandError(str(error)) from None
     except (ValueError, TypeError) as error:
         if "make" in str(error) or "backend" in str(error) or "option" in str(error):
             raise CommandError(str(error)) from None
         raise
-    load = background_load(cpu_before, cpu_seconds(), time.perf_counter() - t0)
+    except KeyboardInterrupt:  # ppo.train keeps what it trained; before that, nothing to keep
+        print("envfleet train: interrupted before training started: nothing to save",
+              file=sys.stderr)
+        return 130
+    with _no_interrupt():  # a second Ctrl-C must not lose what the first one kept
+        return _report_and_write(options, args, agent, summary, console, plot_path,
+                                 background_load(cpu_before, cpu_seconds(),
+                                                 time.perf_counter() - t0))
 
+
+def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summary: Any,
+                      console: Any, plot_path: Path | None, load: float) -> int:
+    """The run's last lines, then its outputs (policy first: the costliest to lose); the exit
+    status: 130 when interrupted, 1 when an asked path failed (the output is elsewhere)."""
+    from rich.console import Console
+
+    from envfleet.train import ppo
+
+    interrupted = summary.stop_reason == "interrupted"
     console.print(ending(args, summary), soft_wrap=True)
     low, high = summary.sps_ideal_iqr
     console.print(f"steps/s: env-only {_rate(summary.sps_env)}, ideal {_rate(summary.sps_ideal)}"
@@ -394,25 +500,126 @@ def run_train(options: argparse.Namespace) -> int:
                    f"or this is a bug[/yellow]", soft_wrap=True)
     result = {"env": args.env_id, "backend": args.backend, "num_envs": args.num_envs,
               "seed": args.seed, **asdict(summary), "background_load": load}
-    if _env_name(args.env_id) == "Chess-v0":
+    if _env_name(args.env_id) == "Chess-v0" and summary.final_eval is not None:
         result["final_outcomes"] = outcomes(summary.final_eval["returns"])
         o = result["final_outcomes"]
         console.print(f"final evaluation over {summary.final_eval['episodes']} games: win "
                       f"{o['win_rate']:.3f} draw {o['draw_rate']:.3f} loss {o['loss_rate']:.3f} "
                       f"(win - loss {o['win_rate'] - o['loss_rate']:+.3f})", soft_wrap=True)
-    plot_path = options.plot or (options.json.with_suffix(".png") if options.json else None)
-    if options.json:
-        options.json.parent.mkdir(parents=True, exist_ok=True)
-        options.json.write_text(json.dumps(result, indent=1) + "\n")
-        console.print(f"summary: {options.json}")
-    if plot_path:
-        why = plot_curve([result], plot_path, args.target_return)
-        console.print(why or f"learning curve: {plot_path}")
-    if options.save:
-        options.save.parent.mkdir(parents=True, exist_ok=True)
-        ppo.save(agent, args, str(options.save))
-        console.print(f"policy: {options.save}")
-    return 0
+
+    no_plot: list[str] = []  # why plot_curve drew nothing (matplotlib missing)
+
+    def write_plot(path: Path) -> None:
+        why = plot_curve([result], path, args.target_return)
+        if why:
+            no_plot.append(why)
+
+    # (label, option, the asked path, writer); interrupted: policy and summary even unasked
+    outputs: list[tuple[str, str, Path | None, Callable[[Path], None]]] = [
+        ("policy", "--save", options.save, lambda path: ppo.save(agent, args, str(path))),
+        ("summary", "--json", options.json,
+         lambda path: path.write_text(json.dumps(result, indent=1) + "\n")),
+        ("learning curve", "--plot", plot_path, write_plot)]
+    stamp = time.strftime("%Y%m%d-%H%M%S")  # one per run: its fallback files pair up
+    stem = "envfleet-train-" + re.sub(r"[^\w.-]", "_", _env_name(args.env_id))
+    status = 0
+    if interrupted:
+        print(f"envfleet train: interrupted (Ctrl-C) at {summary.total_steps:,} steps, "
+              f"{summary.wall_s:.1f} s into training", file=sys.stderr)
+    for label, option, asked, write in outputs:
+        if asked is None and not (interrupted and label != "learning curve"):
+            continue
+        fallback = (f"{asked.stem}-{stamp}{asked.suffix}" if asked is not None else
+                    f"{stem}-{stamp}{'.pt' if label == 'policy' else '.json'}")
+        try:
+            where, why = write_somewhere(asked, write, fallback)
+        except OSError as error:
+            print(f"envfleet train: error: the {label} could not be written anywhere: {error}",
+                  file=sys.stderr)
+            status = 1
+            continue
+        if no_plot and label == "learning curve":
+            console.print(no_plot[0])
+        elif why is not None:
+            print(f"envfleet train: error: could not write {option} {asked} ({why}): the "
+                  f"{label} is at {where}", file=sys.stderr)
+            status = 1
+        elif interrupted and label != "learning curve":
+            print(f"{label} so far: {where}", file=sys.stderr)
+        else:
+            console.print(f"{label}: {where}")
+    return 130 if interrupted else status
+
+
+def _check_plot_format(path: Path) -> None:
+    """Refuse ``--plot`` in a format matplotlib cannot write (without matplotlib: no plot, as
+    the end of the run says)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return
+    formats = FigureCanvasBase.get_supported_filetypes()
+    suffix = path.suffix.lower().removeprefix(".")
+    if suffix and suffix not in formats:
+        raise CommandError(f"--plot {path}: matplotlib cannot write .{suffix} files (it "
+                           f"writes {', '.join(sorted(formats))})")
+
+
+def write_somewhere(path: Path | None, write: Callable[[Path], None], fallback: str
+                    ) -> tuple[Path, str | None]:
+    """Write an output with ``write`` at ``path`` (its folders made); where that fails, or
+    with no path, at a new file named ``fallback`` (``-1``, ``-2``... added if taken) next to
+    it, else in the current directory, else in the temp directory. Returns where it went and
+    why ``path`` failed (None: it did not); an OSError when no place takes it."""
+    why = None
+    if path is not None:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            write(path)
+            return path, None
+        except (OSError, RuntimeError) as error:  # torch.save: RuntimeError for an open()
+            why = getattr(error, "strerror", None) or next(iter(str(error).splitlines()), "")
+    folders = ([path.parent] if path is not None else []) + [Path("."),
+                                                             Path(tempfile.gettempdir())]
+    for folder in dict.fromkeys(folders):
+        target = _new_file(folder, Path(fallback))
+        if target is None:
+            continue
+        try:
+            write(target)
+        except (OSError, RuntimeError):
+            target.unlink(missing_ok=True)
+            continue
+        return Path(os.path.abspath(target)), why
+    raise OSError(f"no place took it ({', '.join(map(str, dict.fromkeys(folders)))})")
+
+
+def _new_file(folder: Path, name: Path) -> Path | None:
+    """A new empty file ``name`` in ``folder`` (``-1``, ``-2``... added while taken: nothing
+    of anyone's is overwritten), or None where the folder takes no file."""
+    for n in range(100):
+        target = folder / (name.name if n == 0 else f"{name.stem}-{n}{name.suffix}")
+        try:
+            open(target, "xb").close()
+            return target
+        except FileExistsError:
+            continue
+        except OSError:
+            return None
+    return None
+
+
+@contextlib.contextmanager
+def _no_interrupt() -> Iterator[None]:
+    """Ctrl-C ignored inside (only the main thread can set signal handlers; elsewhere, as is)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGINT, previous)
 
 
 def header(args: Any) -> list[str]:
@@ -438,6 +645,8 @@ def ending(args: Any, summary: Any) -> str:
         stopped = "at the target"
     elif summary.stop_reason == "time limit":
         stopped = f"at the time limit ({args.time_limit:,g} s)"
+    elif summary.stop_reason == "interrupted":
+        stopped = f"when interrupted (Ctrl-C) at {summary.total_steps:,} steps"
     else:
         stopped = f"after the {args.total_steps:,}-step budget"
     text = f"[bold]stopped[/bold] {stopped} in {summary.wall_s:.2f} s"
@@ -445,8 +654,11 @@ def ending(args: Any, summary: Any) -> str:
         solved = ("never (within the budget)" if summary.solved_at_s is None else
                   f"{summary.solved_at_s:.2f} s ({summary.solved_at_steps:,} steps)")
         text += f"; [bold]solved at[/bold] {solved}"
-    return (text + f"; compile {summary.compile_s:.2f} s (apart); final greedy eval "
-            f"{_fmt(summary.final_eval_return)} over {summary.final_eval['episodes']} episodes")
+    text += f"; compile {summary.compile_s:.2f} s (apart); "
+    if summary.final_eval is None:
+        return text + "no final evaluation"
+    return (text + f"final greedy eval {_fmt(summary.final_eval_return)} over "
+            f"{summary.final_eval['episodes']} episodes")
 
 
 def plot_curve(runs: list[dict[str, Any]], path: Path, target: float | None,
@@ -506,6 +718,9 @@ def run_eval(options: argparse.Namespace) -> int:
     _check_env(options.env, options.backend)
     if not options.load.exists():
         raise CommandError(f"no saved policy at {options.load}")
+    for option, path in (("--json", options.json), ("--video", options.video)):
+        if path is not None:  # before the episodes are played
+            check_output(path, option)
     import numpy as np
     import torch
 

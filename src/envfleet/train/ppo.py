@@ -29,16 +29,22 @@ from __future__ import annotations
 
 import itertools
 import math
+import os
+import re
+import reprlib
 import time
 from collections import deque
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+import gymnasium
 import numpy as np
 import torch
 from gymnasium import spaces
 from torch import nn
+
+from envfleet.executors.base import EnvWorkerError
 
 
 @dataclass
@@ -562,6 +568,9 @@ def best_total(totals: np.ndarray, done: np.ndarray, max_episode_return: float |
     return float(np.where(done, totals, upper).sum())
 
 
+#: the evaluation envs' seed is the run's seed plus this (the training envs get the seed itself)
+EVAL_SEED_OFFSET = 10_000
+
 #: timed ideal iterations at least, for the median and IQR of a short run
 IDEAL_MIN_ITERATIONS = 7
 
@@ -788,8 +797,18 @@ def make_envs(args: Args, num_envs: int, seed: int) -> Any:
                                        in envfleet.list_envs())
     if numba_env and args.env_threads is not None:
         kwargs.setdefault("num_threads", args.env_threads)
-    return envfleet.make(args.env_id, num_envs, backend=backend, seed=seed, copy=False,
-                         **kwargs)
+    try:
+        return envfleet.make(args.env_id, num_envs, backend=backend, seed=seed, copy=False,
+                             **kwargs)
+    except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError):
+        raise
+    except (ValueError, TypeError, ImportError, gymnasium.error.Error, EnvWorkerError) as error:
+        raise EnvBuildError(f"cannot build {args.env_id} ({backend} backend): {error}") from error
+
+
+class EnvBuildError(ValueError):
+    """The env cannot be built with these settings (an option it refuses, a package its
+    maker needs): the message names the env and why."""
 
 
 @dataclass
@@ -828,7 +847,8 @@ class Summary:
     final_eval: dict[str, Any] | None
     curve: list[dict[str, Any]]
     evaluations: list[dict[str, Any]]
-    stop_reason: str  # "target", "time limit" or "steps" (the budget used up)
+    stop_reason: str  # "target", "time limit", "steps" (the budget used up) or "interrupted"
+    # (Ctrl-C: stopped at once; no final evaluation unless it had finished)
     # the real loop's iterations timed as the ideal's (rollout, bookkeeping, update): median
     # and 25th-75th percentile as steps/s, like for like with sps_ideal
     sps_iteration: float = float("nan")
@@ -842,7 +862,12 @@ class Summary:
 
 def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
           evaluate_fn: Callable[..., EvalResult] = evaluate) -> tuple[Agent, Summary]:
-    """Train PPO on ``args.env_id``; returns the agent and the run's summary."""
+    """Train PPO on ``args.env_id``; returns the agent and the run's summary.
+
+    Ctrl-C (KeyboardInterrupt) once training has started stops it at once and returns the agent
+    and the summary as far as they got (``stop_reason`` "interrupted"); before that (building
+    the envs, JIT compiling) it propagates.
+    """
     torch.set_num_threads(args.torch_threads)
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
@@ -856,7 +881,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     except UnsupportedSpaceError as error:
         env.close()
         raise UnsupportedSpaceError(f"{args.env_id}: {error}") from None
-    eval_env = make_envs(args, args.eval_episodes, args.seed + 10_000)
+    eval_env = make_envs(args, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
     agent = build_agent(env, args)
     optimizer = make_optimizer(agent, args)
     bounds = box_bounds(env.single_action_space, device)
@@ -897,7 +922,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     def run_eval(steps: int, play_out: bool = False) -> EvalResult:
         """An evaluation; ``play_out``: every episode to its end (no stop below the target)."""
         t0 = time.perf_counter()
-        result = evaluate_fn(eval_env, agent, args.seed + 10_000, device, torch_actions, bounds,
+        result = evaluate_fn(eval_env, agent, args.seed + EVAL_SEED_OFFSET, device,
+                             torch_actions, bounds,
                              None if play_out else args.target_return, args.max_episode_return,
                              max_step_reward=args.max_step_reward)
         clock.add("evaluation", t0)
@@ -906,64 +932,77 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                             "episodes": result.episodes, "eval_s": result.seconds})
         return result
 
-    for iteration in range(1, iterations + 1):
-        if args.anneal_lr:
-            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1)
-                                                                    / iterations)
-        t_iteration, cpu_iteration = time.perf_counter(), time.thread_time()
-        next_obs, next_info = collect(env, agent, buf, next_obs, next_info, clock, bounds,
-                                      torch_actions)
-        steps += batch
-        t0 = time.perf_counter()
-        scale = books.observe(buf)
-        stats = update(agent, optimizer, buf, args, scale, generator)
-        iteration_s.append(clock.add("learning", t0) - t_iteration)
-        iteration_cpu.append(time.thread_time() - cpu_iteration)
-        if ideal is not None and (iteration <= IDEAL_MIN_ITERATIONS or iteration == iterations
-                                  or iteration % args.ideal_every == 0):
-            # this iteration again with an instant env, right after it (the same load), before
-            # the evaluation (after one, its learning measured 3% more CPU at 256 envs)
-            start += ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
+    wall_s: float | None = None
+    final: EvalResult | None = None
+    try:  # Ctrl-C: stop at once, with the agent and the summary as far as they got
+        for iteration in range(1, iterations + 1):
+            if args.anneal_lr:
+                optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1)
+                                                                        / iterations)
+            t_iteration, cpu_iteration = time.perf_counter(), time.thread_time()
+            next_obs, next_info = collect(env, agent, buf, next_obs, next_info, clock, bounds,
+                                          torch_actions)
+            steps += batch
+            t0 = time.perf_counter()
+            scale = books.observe(buf)
+            stats = update(agent, optimizer, buf, args, scale, generator)
+            iteration_s.append(clock.add("learning", t0) - t_iteration)
+            iteration_cpu.append(time.thread_time() - cpu_iteration)
+            if ideal is not None and (iteration <= IDEAL_MIN_ITERATIONS
+                                      or iteration == iterations
+                                      or iteration % args.ideal_every == 0):
+                # this iteration again with an instant env, right after it (the same load),
+                # before the evaluation (after one, its learning measured 3% more CPU at 256
+                # envs)
+                start += ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
 
-        eval_return = None
-        due = args.eval_every > 0 and steps - last_eval_step >= args.eval_every
-        if due or iteration == iterations:
-            last_eval_step = steps
-            last_eval = run_eval(steps)
-            eval_return = last_eval.mean_return
-            if (args.target_return is not None and last_eval.complete
-                    and last_eval.mean_return >= args.target_return and solved_at_s is None):
-                solved_at_s, solved_at_steps = elapsed(), steps
-        now = elapsed()
-        # end-to-end: the loop's whole wall clock (bookkeeping, logging) but the evaluations
-        train_s = now - clock.seconds["evaluation"]
-        point = {"steps": steps, "seconds": now,
-                 "episodic_return": float(np.mean(recent)) if recent else None,
-                 "eval_return": eval_return}
-        curve.append(point)
-        if solved_at_s is not None and args.stop_at_target:
-            stop_reason = "target"
-        elif args.time_limit is not None and now >= args.time_limit:
-            stop_reason = "time limit"
-        stop = stop_reason != "steps"
-        if on_progress is not None:
-            on_progress(Progress(steps, now, point["episodic_return"], eval_return,
-                                 steps / max(clock.seconds["env"], 1e-9), steps / train_s,
-                                 dict(clock.seconds), stats, done=stop or iteration == iterations,
-                                 eval_complete=eval_return is None or last_eval.complete))
-        if stop:
-            break
-    wall_s = elapsed()
-    train_s = wall_s - clock.seconds["evaluation"]
+            eval_return = None
+            due = args.eval_every > 0 and steps - last_eval_step >= args.eval_every
+            if due or iteration == iterations:
+                last_eval_step = steps
+                last_eval = run_eval(steps)
+                eval_return = last_eval.mean_return
+                if (args.target_return is not None and last_eval.complete
+                        and last_eval.mean_return >= args.target_return
+                        and solved_at_s is None):
+                    solved_at_s, solved_at_steps = elapsed(), steps
+            now = elapsed()
+            # end-to-end: the loop's whole wall clock (bookkeeping, logging) but evaluations
+            train_s = now - clock.seconds["evaluation"]
+            point = {"steps": steps, "seconds": now,
+                     "episodic_return": float(np.mean(recent)) if recent else None,
+                     "eval_return": eval_return}
+            curve.append(point)
+            if solved_at_s is not None and args.stop_at_target:
+                stop_reason = "target"
+            elif args.time_limit is not None and now >= args.time_limit:
+                stop_reason = "time limit"
+            stop = stop_reason != "steps"
+            if on_progress is not None:
+                on_progress(Progress(steps, now, point["episodic_return"], eval_return,
+                                     steps / max(clock.seconds["env"], 1e-9), steps / train_s,
+                                     dict(clock.seconds), stats,
+                                     done=stop or iteration == iterations,
+                                     eval_complete=eval_return is None or last_eval.complete))
+            if stop:
+                break
+        wall_s = elapsed()
 
-    # -- the final evaluation (the last one, when it ran on the final parameters and finished)
-    if last_eval is None or not last_eval.complete or last_eval_step != steps:
-        last_eval = run_eval(steps, play_out=True)
-    final_eval = {"mean_return": last_eval.mean_return, "episodes": last_eval.episodes,
-                  "returns": last_eval.returns}
-    while ideal is not None and len(ideal.times) < IDEAL_MIN_ITERATIONS:
-        ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)  # a short run: enough for
-        # a median and IQR (the last iteration again)
+        # -- the final evaluation (the last one, when it ran on the final parameters and
+        # finished)
+        if last_eval is None or not last_eval.complete or last_eval_step != steps:
+            last_eval = run_eval(steps, play_out=True)
+        final = last_eval
+        while ideal is not None and len(ideal.times) < IDEAL_MIN_ITERATIONS:
+            # a short run: enough for a median and IQR (the last iteration again)
+            ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
+    except KeyboardInterrupt:
+        stop_reason = "interrupted"
+    if wall_s is None:
+        wall_s = elapsed()
+    train_s = max(wall_s - clock.seconds["evaluation"], 1e-9)
+    final_eval = None if final is None else {
+        "mean_return": final.mean_return, "episodes": final.episodes, "returns": final.returns}
     ideal_s, ideal_cpu = (ideal.times, ideal.cpu_times) if ideal else ([], [])
     sps_ideal, ideal_iqr = median_rate(ideal_s, batch), iqr_rates(ideal_s, batch)
     env.close()
@@ -975,11 +1014,13 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         sps_env=steps / max(clock.seconds["env"], 1e-9), sps_ideal=sps_ideal,
         sps_ideal_iqr=ideal_iqr, ideal_iterations=len(ideal_s),
         sps_end_to_end=sps_e2e, efficiency=sps_e2e / sps_ideal, times=dict(clock.seconds),
-        final_eval_return=last_eval.mean_return, final_eval=final_eval, curve=curve,
+        final_eval_return=None if final is None else final.mean_return, final_eval=final_eval,
+        curve=curve,
         evaluations=evaluations, stop_reason=stop_reason,
         sps_iteration=median_rate(iteration_s, batch),
         sps_iteration_iqr=iqr_rates(iteration_s, batch),
-        cpu_per_iteration={"real": float(np.median(iteration_cpu)),
+        cpu_per_iteration={"real": float(np.median(iteration_cpu)) if iteration_cpu
+                           else float("nan"),
                            "ideal": float(np.median(ideal_cpu)) if ideal_cpu else float("nan")},
         ideal_times={k: v / len(ideal_s) for k, v in ideal.clock.seconds.items()
                      if k != "evaluation"} if ideal_s else {},
@@ -999,23 +1040,67 @@ def _jsonable(x: Any) -> Any:
 
 
 def save(agent: Agent, args: Args, path: str) -> None:
-    """The agent's weights and the settings needed to rebuild it."""
-    torch.save({"args": _jsonable(asdict(args)), "state_dict": agent.state_dict()}, path)
+    """The agent's weights and the settings needed to rebuild it (an OSError naming ``path``
+    and why, when it cannot be written)."""
+    with open(path, "wb") as file:
+        torch.save({"args": _jsonable(asdict(args)), "state_dict": agent.state_dict()}, file)
 
 
 def read_checkpoint(path: str, device: str = "cpu") -> dict[str, Any]:
-    """What ``save`` wrote at ``path`` (its ``args`` and ``state_dict``); a ValueError saying
-    so for anything else."""
+    """What ``save`` wrote at ``path`` (its ``args`` and ``state_dict``, tensors loaded with
+    ``weights_only``); a ValueError saying so for anything else, including architecture fields
+    that do not match the weights (checked before anything is built from them)."""
+    if os.path.isfile(path) and os.path.getsize(path) == 0:
+        raise ValueError(f"{path} is empty, not a policy saved by envfleet train --save")
     try:
         saved = torch.load(path, map_location=device, weights_only=True)
     except Exception as error:  # not a torch file, truncated, or pickled objects
+        first = next(iter(str(error).splitlines()), "")
         raise ValueError(f"{path} is not a policy saved by envfleet train --save "
-                         f"({type(error).__name__}: {str(error).splitlines()[0]})") from None
+                         f"({type(error).__name__}{': ' + first if first else ''})") from None
     if not (isinstance(saved, dict) and isinstance(saved.get("args"), dict)
             and "env_id" in saved["args"] and isinstance(saved.get("state_dict"), dict)):
         raise ValueError(f"{path} is not a policy saved by envfleet train --save "
                          "(no args and state_dict in it)")
+    why = architecture_problem(saved["args"], saved["state_dict"])
+    if why is not None:
+        raise ValueError(f"{path} is not a policy saved by envfleet train --save ({why})")
     return saved
+
+
+def architecture_problem(args: dict[str, Any], weights: dict[Any, Any]) -> str | None:
+    """Why a checkpoint's ``args`` and ``state_dict`` are not what ``save`` writes, or None:
+    ``env_id`` a string, ``activation`` one of ``ACTIVATIONS``, ``norm_obs`` a bool, tensors
+    only, and ``hidden_sizes`` the widths of the actor's and critic's hidden layers as they are
+    in the weights, each layer taking the one before (so building the agent allocates no more
+    than the file holds, but for its first layer's inputs: the env's observation size)."""
+    short = reprlib.Repr()  # a crafted value is quoted briefly
+    short.maxstring, short.maxother, short.maxlist = 60, 60, 8
+    if not isinstance(args["env_id"], str):
+        return f"env_id {short.repr(args['env_id'])} is not a string"
+    activation = args.get("activation", "tanh")
+    if not isinstance(activation, str) or activation not in ACTIVATIONS:
+        return (f"activation {short.repr(activation)} is not one of "
+                f"{', '.join(map(repr, ACTIVATIONS))}")
+    if not isinstance(args.get("norm_obs"), bool):
+        return f"norm_obs {short.repr(args.get('norm_obs'))} is not true or false"
+    if not all(isinstance(k, str) and isinstance(v, torch.Tensor) for k, v in weights.items()):
+        return "its state_dict holds something other than named tensors"
+    hidden = args.get("hidden_sizes")
+    if not (isinstance(hidden, list | tuple)
+            and all(type(h) is int and h >= 1 for h in hidden)):
+        return f"hidden_sizes {short.repr(hidden)} is not a list of positive ints"
+    for net in ("critic", "actor"):
+        layers = sorted((int(m.group(1)), w) for k, w in weights.items()
+                        if (m := re.fullmatch(rf"{net}\.(\d+)\.weight", k)))
+        shapes = [tuple(w.shape) for _, w in layers]
+        chained = all(len(shape) == 2 for shape in shapes) and all(
+            shapes[i][1] == shapes[i - 1][0] for i in range(1, len(shapes)))
+        if (not chained or len(shapes) != len(hidden) + 1
+                or [shape[0] for shape in shapes[:-1]] != list(hidden)):
+            return (f"hidden_sizes {short.repr(list(hidden))} do not match its {net}'s layers "
+                    f"(weights {short.repr(shapes)})")
+    return None
 
 
 def agent_from(saved: dict[str, Any], env: Any, device: str = "cpu") -> Agent:
