@@ -26,6 +26,7 @@ import math
 import re
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -324,6 +325,52 @@ def _import_ray() -> Any:
     return ray
 
 
+#: the node address of a Ray that envfleet starts: its servers then listen on loopback only
+LOOPBACK = "127.0.0.1"
+
+
+def _init_ray(ray: Any, address: str | None) -> None:
+    """Join the user's Ray (``address``, else ``RAY_ADDRESS``, else the cluster ``ray start``
+    made on this machine: Ray's own rule) or, when there is none, start a local one that
+    listens on loopback only (``_start_local_ray``)."""
+    if address is None or address == "local":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            found = canonicalize_bootstrap_address(address)
+        except Exception:  # (a bad RAY_ADDRESS: ray.init says what is wrong with it)
+            found = ""
+        if found is None:
+            _start_local_ray(ray)
+            return
+    ray.init(address=address)
+
+
+def _start_local_ray(ray: Any) -> None:
+    """Start a local Ray whose every server (GCS, raylet, workers and actors, the runtime-env
+    and dashboard agents) listens on 127.0.0.1, without the dashboard.
+
+    Ray binds its servers to loopback when the node address is 127.0.0.1, but ``ray.init``
+    swaps a loopback ``_node_ip_address`` for this machine's routable address unless its
+    ``ENABLE_RAY_CLUSTER`` switch (the ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` environment
+    variable, read when ray is imported) is off: it is turned off for this call only."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+    node = ray.util.get_node_ip_address()
+    if node != LOOPBACK:
+        warnings.warn(f"backend 'ray': the local Ray started for this env (ray "
+                      f"{ray.__version__}) has node address {node}, not {LOOPBACK}: its GCS, "
+                      f"raylet and worker servers listen on every interface; to keep them on "
+                      f"this machine, start Ray yourself as the README says ('On a Ray "
+                      f"cluster') and pass address=", RuntimeWarning, stacklevel=2)
+
+
 def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
     """Close and kill every actor; shut Ray down if this env started it (idempotent)."""
     try:
@@ -406,10 +453,8 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         self.step_timeout = float(step_timeout)
         self.restart_failed = bool(restart_failed)
         ray = _import_ray()
-        if not ray.is_initialized():
-            # (no address: Ray's own rule: RAY_ADDRESS, else the latest local cluster, else a
-            # new local instance, which close() shuts down)
-            ray.init(address=address)
+        if not ray.is_initialized():  # (a Ray started or joined here: close() shuts it down)
+            _init_ray(ray, address)
             self._owns_ray[0] = True
         try:
             if num_workers is None:
