@@ -5,6 +5,8 @@ async, every fault (env raises, actor killed, hung, node removed), restarts, and
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import time
 
 import numpy as np
@@ -256,6 +258,31 @@ def test_restart_failed_rebuilds_the_actor_and_truncates_its_episodes(fault, mod
         env.step(np.zeros(n, dtype=np.int64))  # the others step on, the new actor too
     finally:
         env.close()
+
+
+def test_actor_stopped_while_idle_is_restarted_within_about_a_step_timeout() -> None:
+    """SIGSTOP of an idle actor whose CPUs the rebuilt one needs (3 actors x 2 CPUs fill the
+    cluster): the driver kills the stopped process itself (Ray would wait ~5 s for it to
+    exit before freeing its CPUs), so step() returns about one step_timeout later."""
+    n = 6
+    env = on_ray(counting(n, 1000), n, num_workers=3, num_cpus=2, step_timeout=1.0,
+                 restart_failed=True)
+    stopped = env.unwrapped.actor_pids[-1]
+    try:
+        env.reset(seed=0)
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        _, _, terminated, truncated, info = env.step(np.zeros(n, dtype=np.int64))
+        elapsed = time.monotonic() - start
+        assert truncated.tolist() == [False] * 4 + [True] * 2 and not terminated.any()
+        assert "did not answer within step_timeout=1 s" in info["env_failure"][4]
+        assert elapsed < 4.5, elapsed  # 1 s, then a new actor (~1-2 s); Ray's kill: 5 s more
+        assert pid_gone(stopped)
+        env.step(np.zeros(n, dtype=np.int64))
+    finally:
+        env.close()
+        if not pid_gone(stopped):
+            os.kill(stopped, signal.SIGKILL)
 
 
 def test_async_actor_killed_with_restart_comes_back_truncated() -> None:

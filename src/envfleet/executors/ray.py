@@ -23,7 +23,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
+import signal
 import time
 import traceback
 import warnings
@@ -73,6 +75,21 @@ def _shift_env_numbers(text: str, offset: int) -> str:
         stop = f"..{int(m.group(3)) + offset}" if m.group(3) else ""
         return f"{m.group(1)}{int(m.group(2)) + offset}{stop}"
     return _ENV_NUMBER.sub(shift, text)
+
+
+def _process_identity(pid: int | str = "self") -> tuple[str, str, str] | None:
+    """Which process ``pid`` is: (this machine's boot id, its pid namespace, its start time),
+    read from /proc (None elsewhere, or when it is gone). An actor reports its own; the driver
+    kills a pid only when it finds the same triple (same machine, same namespace, not reused)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        with open(f"/proc/{pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return boot, namespace, started
 
 
 class ShareRunner:
@@ -148,15 +165,14 @@ class ShareRunner:
         return ("raise", error, tb)
 
     def hello(self) -> tuple:
-        """The envs' spaces, metadata and this actor's process and node (or what failed)."""
+        """The envs' spaces, metadata and this actor's process (pid, identity) and node (or
+        what failed)."""
         if self.error is not None:
             return self.error
-        import os
-
         import ray
 
         return ("ok", self.spaces, self.meta, self.arrays["rewards"].dtype, os.getpid(),
-                ray.get_runtime_context().get_node_id())
+                ray.get_runtime_context().get_node_id(), _process_identity())
 
     def reset(self, mask: np.ndarray | None, seeds: list | None,
               options: dict[str, Any] | None) -> tuple:
@@ -302,6 +318,7 @@ class Actor:
     handle: Any = None
     pid: int | None = None
     node: str | None = None
+    identity: tuple[str, str, str] | None = None  # its process's (``_process_identity``)
     ref: Any = None  # async: the request in flight
     ids: np.ndarray | None = None  # async: the envs of that request
     queue: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)
@@ -394,6 +411,19 @@ def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
         owns_ray[0] = False
         with contextlib.suppress(Exception):
             ray.shutdown()
+
+
+def _kill(a: Actor) -> None:
+    """Kill actor ``a``: its process at once with SIGKILL when it runs on this machine (a
+    stopped or hung process would hold its resources until Ray's own kill gives up waiting
+    for it to exit, ~5 s), and the actor through Ray (wherever it runs)."""
+    import ray
+
+    if a.identity is not None and a.pid is not None and _process_identity(a.pid) == a.identity:
+        with contextlib.suppress(OSError):
+            os.kill(a.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        ray.kill(a.handle, no_restart=True)
 
 
 def _check_int(name: str, value: Any, low: int = 1) -> None:
@@ -504,7 +534,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         hellos = self._gather(self._actors, refs, "make",
                               max(self.step_timeout, MIN_START_TIMEOUT))
         for a, hello in zip(self._actors, hellos, strict=True):
-            a.pid, a.node = hello[4], hello[5]
+            a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
         (obs_space, act_space), (metadata, render_mode) = hellos[0][1], hellos[0][2]
         for a, hello in zip(self._actors[1:], hellos[1:], strict=True):
             for what, theirs, mine in zip(("observation_space", "action_space"), hello[1],
@@ -569,10 +599,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
 
     def _failed(self, a: Actor, what: str, phase: str) -> tuple:
         """Actor ``a`` died or hung: restart it (``LOST``) or shut everything down (raise)."""
-        import ray
-
-        with contextlib.suppress(Exception):
-            ray.kill(a.handle, no_restart=True)
+        _kill(a)
         if not self.restart_failed or phase == "make":
             message = f"{a.describe()} {what} during {phase}()"
             self._broken = message
@@ -588,7 +615,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         lost = f"{a.describe()} {what}"
         reply = self._gather([a], [self._spawn(a)], "make",
                              max(self.step_timeout, MIN_START_TIMEOUT))[0]
-        a.pid, a.node = reply[4], reply[5]
+        a.pid, a.node, a.identity = reply[4], reply[5], reply[6]
         a.ref, a.ids, a.queue = None, None, []
         rows = slice(a.start, a.stop)
         self._lost[a.index] = f"{lost}; it was restarted on node {a.node[:12]}"
