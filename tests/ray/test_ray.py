@@ -364,6 +364,39 @@ def test_close_kills_its_actors_is_idempotent_and_leaves_ray_running() -> None:
         env.reset()
 
 
+def test_a_second_env_without_room_is_refused_at_once_naming_what_it_asks_and_what_is_free(
+        ) -> None:
+    """Train + eval in one process: the first env holds 4 of the cluster's 6 CPUs; a second
+    default env (1 CPU per actor, as many actors as CPUs) cannot be placed. It says so at
+    once instead of waiting 60 s to blame a silent actor; after the first env's close() the
+    same ask fits again (Ray's free count catches up within FREE_GRACE)."""
+    train = on_ray(counting(4), 4, num_workers=2, num_cpus=2)
+    before = len(actor_states())
+    start = time.monotonic()
+    with pytest.raises(EnvWorkerError, match=r"6 actor\(s\) asking 1 CPU each need 6 CPU in "
+                                             r"all, but the Ray cluster has 2 CPU free \(of "
+                                             r"6 CPU\).*num_cpus="):
+        envfleet.make(counting(8), 8, backend="ray")
+    assert time.monotonic() - start < 5.0
+    assert len(actor_states()) == before  # nothing was started
+    train.close()
+    again = on_ray(counting(4), 4, num_workers=2, num_cpus=2)
+    again.close()
+
+
+def test_an_actor_ray_cannot_place_is_reported_with_its_ask_and_the_free_resources(
+        monkeypatch) -> None:
+    """3 + 3 CPUs fit the cluster's 6 free in all, but no node has 3 left for the second
+    actor (4 + 2 CPUs): make's timeout says what each actor asks and what is free."""
+    from envfleet.executors import ray as executor
+
+    monkeypatch.setattr(executor, "MIN_START_TIMEOUT", 1.0)
+    with pytest.raises(EnvWorkerError, match=r"did not answer within step_timeout=1 s \(each "
+                                             r"actor asks 3 CPU; the cluster has [\d.]+ CPU "
+                                             r"free now\) during make\(\)"):
+        on_ray(counting(2), 2, num_workers=2, num_cpus=3, step_timeout=1.0)
+
+
 def test_bad_input_is_refused_before_any_actor_starts() -> None:
     before = len(actor_states())
     with pytest.raises(TypeError, match=r"\['bogus'\]"):

@@ -56,6 +56,9 @@ from envfleet.executors.shared_memory import assign_rows, copy_row, nest, take_r
 ENGINES = ("serial", "pool", "numba")
 #: how long actors asked to close may take before they are killed
 CLOSE_GRACE = 2.0
+#: how long make waits for free resources that Ray still counts as held (it frees those of
+#: actors just killed, e.g. by another env's close(), a fraction of a second later)
+FREE_GRACE = 2.0
 #: the stand-in reply of an actor lost (and started again) during a call
 LOST = ("lost",)
 #: where a local engine's messages name its envs: "env 3's step()", "env 3 raised" (at the
@@ -413,6 +416,42 @@ def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
             ray.shutdown()
 
 
+def _amounts(resources: dict[str, float]) -> str:
+    """``{"CPU": 4.0, "GPU": 0.5}`` as "4 CPU, 0.5 GPU" (nothing: "none")."""
+    return ", ".join(f"{v:g} {k}" for k, v in resources.items()) or "none"
+
+
+def _in_placement_group(placement: Any) -> bool:
+    """``placement`` puts the actors in a Ray placement group (resources reserved apart)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return isinstance(placement, PlacementGroupSchedulingStrategy)
+
+
+def _check_room(ray: Any, workers: int, asks: dict[str, float]) -> None:
+    """Refuse at once (``EnvWorkerError``) when the cluster has less free than ``workers``
+    actors asking ``asks`` each need in all: Ray would leave them pending, and ``make`` would
+    wait out its start timeout to blame a silent actor. Resources still held by actors just
+    killed (another env's ``close()``) are waited for up to ``FREE_GRACE``."""
+    need = {k: v * workers for k, v in asks.items()}
+    deadline = time.monotonic() + FREE_GRACE
+    while True:
+        free = ray.available_resources()
+        short = [k for k, v in need.items() if free.get(k, 0.0) < v - 1e-9]
+        if not short or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if short:
+        total = ray.cluster_resources()
+        raise EnvWorkerError(
+            f"backend 'ray': {workers} actor(s) asking {_amounts(asks)} each need "
+            f"{_amounts({k: need[k] for k in short})} in all, but the Ray cluster has "
+            f"{_amounts({k: free.get(k, 0.0) for k in short})} free (of "
+            f"{_amounts({k: total.get(k, 0.0) for k in short})}): other actors hold the rest "
+            f"(another backend='ray' env still open?). Close them, or ask for less: "
+            f"num_workers=, num_cpus= (e.g. num_cpus=0.5 to share CPUs), num_gpus=, resources=")
+
+
 def _kill(a: Actor) -> None:
     """Kill actor ``a``: its process at once with SIGKILL when it runs on this machine (a
     stopped or hung process would hold its resources until Ray's own kill gives up waiting
@@ -506,6 +545,10 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                 if native is not None else envs[start:stop]
                 for start, stop in split(num_envs, self.num_workers)]
             self._engine_options = dict(engine_options or {})
+            self._asks = {k: float(v) for k, v in
+                          {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
+            if not _in_placement_group(placement):  # (a group's bundles are reserved apart)
+                _check_room(ray, self.num_workers, self._asks)
             self._start()
         except BaseException:
             self._finalizer()
@@ -585,8 +628,13 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         replies = []
         for a, ref in zip(actors, refs, strict=True):
             if ref not in ready_set:
-                replies.append(self._failed(a, f"did not answer within step_timeout="
-                                               f"{self.step_timeout:g} s", phase))
+                what = f"did not answer within step_timeout={self.step_timeout:g} s"
+                if phase == "make":  # (or Ray could not place it)
+                    free = ray.available_resources()
+                    what += (f" (each actor asks {_amounts(self._asks)}; the cluster has "
+                             f"{_amounts({k: free.get(k, 0.0) for k in self._asks})} free "
+                             f"now)")
+                replies.append(self._failed(a, what, phase))
                 continue
             try:
                 replies.append(ray.get(ref))
