@@ -14,6 +14,10 @@ raises comes back as the same error as on every backend (env index, remote trace
 ``restart_failed=True`` the actor is built again wherever Ray finds room, and its envs'
 episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a worker).
 
+Start-up: with no Ray to join, the env starts a local one listening on loopback only, without
+the dashboard (``_start_local_ray``); a cluster without room for the actors is refused at once,
+naming what they ask and what is free (``_check_room``).
+
 First-ready async (``batch_size < num_envs``, engine ``serial``): ``send`` / ``recv`` as the
 pool's; an actor steps the envs it was sent one at a time and answers with their rows, the
 driver waits on the actors' replies with ``ray.wait`` and hands out the first that are ready.
