@@ -81,7 +81,7 @@ def test_a_ray_the_env_starts_listens_on_loopback_only_without_dashboard() -> No
 
 
 class FakeRay:
-    """Stands in for the ray module in ``_start_local_ray``: records ``init``'s arguments and
+    """Stands in for the ray module in ``start_loopback_ray``: records ``init``'s arguments and
     Ray's localhost switch during the call, and reports ``node`` as the node address."""
 
     __version__ = "0.0-fake"
@@ -100,14 +100,14 @@ class FakeRay:
 def test_the_local_start_asks_for_loopback_and_warns_when_ray_ignores_it(recwarn) -> None:
     from ray._private import ray_constants
 
-    from envfleet.executors.ray import _start_local_ray
+    from envfleet.executors.ray import start_loopback_ray
 
     before = ray_constants.ENABLE_RAY_CLUSTER
     fine = FakeRay("127.0.0.1")
-    _start_local_ray(fine)
+    start_loopback_ray(fine)
     assert fine.calls == [({"address": "local", "_node_ip_address": "127.0.0.1",
                             "include_dashboard": False}, False)]
     restored = ray_constants.ENABLE_RAY_CLUSTER
     assert restored == before and not recwarn.list
     with pytest.warns(RuntimeWarning, match=r"node address 10\.0\.0\.5.*every interface"):
-        _start_local_ray(FakeRay("10.0.0.5"))
+        start_loopback_ray(FakeRay("10.0.0.5"))

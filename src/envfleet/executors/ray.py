@@ -15,7 +15,7 @@ raises comes back as the same error as on every backend (env index, remote trace
 episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a worker).
 
 Start-up: with no Ray to join, the env starts a local one listening on loopback only, without
-the dashboard (``_start_local_ray``); a cluster without room for the actors is refused at once,
+the dashboard (``start_loopback_ray``); a cluster without room for the actors is refused at once,
 naming what they ask and what is free (``_check_room``).
 
 First-ready async (``batch_size < num_envs``, engine ``serial``): ``send`` / ``recv`` as the
@@ -356,7 +356,7 @@ LOOPBACK = "127.0.0.1"
 def _init_ray(ray: Any, address: str | None) -> None:
     """Join the user's Ray (``address``, else ``RAY_ADDRESS``, else the cluster ``ray start``
     made on this machine: Ray's own rule) or, when there is none, start a local one that
-    listens on loopback only (``_start_local_ray``)."""
+    listens on loopback only (``start_loopback_ray``)."""
     if address is None or address == "local":
         from ray._private.services import canonicalize_bootstrap_address
 
@@ -365,14 +365,15 @@ def _init_ray(ray: Any, address: str | None) -> None:
         except Exception:  # (a bad RAY_ADDRESS: ray.init says what is wrong with it)
             found = ""
         if found is None:
-            _start_local_ray(ray)
+            start_loopback_ray(ray)
             return
     ray.init(address=address)
 
 
-def _start_local_ray(ray: Any) -> None:
-    """Start a local Ray whose every server (GCS, raylet, workers and actors, the runtime-env
-    and dashboard agents) listens on 127.0.0.1, without the dashboard.
+def start_loopback_ray(ray: Any, **options: Any) -> None:
+    """Start a local Ray (``ray.init`` ``options`` besides) whose every server (GCS, raylet,
+    workers and actors, the runtime-env and dashboard agents) listens on 127.0.0.1, without
+    the dashboard.
 
     Ray binds its servers to loopback when the node address is 127.0.0.1, but ``ray.init``
     swaps a loopback ``_node_ip_address`` for this machine's routable address unless its
@@ -383,7 +384,8 @@ def _start_local_ray(ray: Any) -> None:
     saved = ray_constants.ENABLE_RAY_CLUSTER
     ray_constants.ENABLE_RAY_CLUSTER = False
     try:
-        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False)
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False,
+                 **options)
     finally:
         ray_constants.ENABLE_RAY_CLUSTER = saved
     node = ray.util.get_node_ip_address()
