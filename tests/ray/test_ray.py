@@ -5,6 +5,8 @@ async, every fault (env raises, actor killed, hung, node removed), restarts, and
 from __future__ import annotations
 
 import functools
+import os
+import signal
 import time
 
 import numpy as np
@@ -268,6 +270,31 @@ def test_restart_failed_rebuilds_the_actor_and_truncates_its_episodes(fault, mod
         env.close()
 
 
+def test_actor_stopped_while_idle_is_restarted_within_about_a_step_timeout() -> None:
+    """SIGSTOP of an idle actor whose CPUs the rebuilt one needs (3 actors x 2 CPUs fill the
+    cluster): the driver kills the stopped process itself (Ray would wait ~5 s for it to
+    exit before freeing its CPUs), so step() returns about one step_timeout later."""
+    n = 6
+    env = on_ray(counting(n, 1000), n, num_workers=3, num_cpus=2, step_timeout=1.0,
+                 restart_failed=True)
+    stopped = env.unwrapped.actor_pids[-1]
+    try:
+        env.reset(seed=0)
+        os.kill(stopped, signal.SIGSTOP)
+        start = time.monotonic()
+        _, _, terminated, truncated, info = env.step(np.zeros(n, dtype=np.int64))
+        elapsed = time.monotonic() - start
+        assert truncated.tolist() == [False] * 4 + [True] * 2 and not terminated.any()
+        assert "did not answer within step_timeout=1 s" in info["env_failure"][4]
+        assert elapsed < 4.5, elapsed  # 1 s, then a new actor (~1-2 s); Ray's kill: 5 s more
+        assert pid_gone(stopped)
+        env.step(np.zeros(n, dtype=np.int64))
+    finally:
+        env.close()
+        if not pid_gone(stopped):
+            os.kill(stopped, signal.SIGKILL)
+
+
 def test_async_actor_killed_with_restart_comes_back_truncated() -> None:
     n = 4
     factories = [functools.partial(FaultyEnv, i, "kill", 1, 2) for i in range(n)]
@@ -345,6 +372,39 @@ def test_close_kills_its_actors_is_idempotent_and_leaves_ray_running() -> None:
     assert ray.is_initialized()  # not this env's to shut down
     with pytest.raises(RuntimeError, match="closed"):
         env.reset()
+
+
+def test_a_second_env_without_room_is_refused_at_once_naming_what_it_asks_and_what_is_free(
+        ) -> None:
+    """Train + eval in one process: the first env holds 4 of the cluster's 6 CPUs; a second
+    default env (1 CPU per actor, as many actors as CPUs) cannot be placed. It says so at
+    once instead of waiting 60 s to blame a silent actor; after the first env's close() the
+    same ask fits again (Ray's free count catches up within FREE_GRACE)."""
+    train = on_ray(counting(4), 4, num_workers=2, num_cpus=2)
+    before = len(actor_states())
+    start = time.monotonic()
+    with pytest.raises(EnvWorkerError, match=r"6 actor\(s\) asking 1 CPU each need 6 CPU in "
+                                             r"all, but the Ray cluster has 2 CPU free \(of "
+                                             r"6 CPU\).*num_cpus="):
+        envfleet.make(counting(8), 8, backend="ray")
+    assert time.monotonic() - start < 5.0
+    assert len(actor_states()) == before  # nothing was started
+    train.close()
+    again = on_ray(counting(4), 4, num_workers=2, num_cpus=2)
+    again.close()
+
+
+def test_an_actor_ray_cannot_place_is_reported_with_its_ask_and_the_free_resources(
+        monkeypatch) -> None:
+    """3 + 3 CPUs fit the cluster's 6 free in all, but no node has 3 left for the second
+    actor (4 + 2 CPUs): make's timeout says what each actor asks and what is free."""
+    from envfleet.executors import ray as executor
+
+    monkeypatch.setattr(executor, "MIN_START_TIMEOUT", 1.0)
+    with pytest.raises(EnvWorkerError, match=r"did not answer within step_timeout=1 s \(each "
+                                             r"actor asks 3 CPU; the cluster has [\d.]+ CPU "
+                                             r"free now\) during make\(\)"):
+        on_ray(counting(2), 2, num_workers=2, num_cpus=3, step_timeout=1.0)
 
 
 def test_bad_input_is_refused_before_any_actor_starts() -> None:

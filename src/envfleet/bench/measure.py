@@ -230,6 +230,7 @@ def start_local_ray() -> Callable[[], None]:
 
     import ray
 
+    from envfleet.executors.ray import start_loopback_ray
     from envfleet.machine import usable_cores
 
     tmp = tempfile.TemporaryDirectory(prefix="envfleet-bench-ray-")
@@ -237,8 +238,8 @@ def start_local_ray() -> Callable[[], None]:
     paths = [os.path.abspath(p) for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
     if paths:
         os.environ["PYTHONPATH"] = os.pathsep.join(paths)
-    ray.init(address="local", num_cpus=usable_cores(), object_store_memory=RAY_OBJECT_STORE,
-             include_dashboard=False, log_to_driver=False)
+    start_loopback_ray(ray, num_cpus=usable_cores(), object_store_memory=RAY_OBJECT_STORE,
+                     log_to_driver=False)  # (on loopback only, as backend="ray" starts one)
 
     def shutdown() -> None:
         ray.shutdown()

@@ -14,6 +14,10 @@ raises comes back as the same error as on every backend (env index, remote trace
 ``restart_failed=True`` the actor is built again wherever Ray finds room, and its envs'
 episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a worker).
 
+Start-up: with no Ray to join, the env starts a local one listening on loopback only, without
+the dashboard (``start_loopback_ray``); a cluster without room for the actors is refused at once,
+naming what they ask and what is free (``_check_room``).
+
 First-ready async (``batch_size < num_envs``, engine ``serial``): ``send`` / ``recv`` as the
 pool's; an actor steps the envs it was sent one at a time and answers with their rows, the
 driver waits on the actors' replies with ``ray.wait`` and hands out the first that are ready.
@@ -23,9 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import math
+import os
 import re
+import signal
 import time
 import traceback
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -53,6 +60,9 @@ from envfleet.executors.shared_memory import assign_rows, copy_row, nest, take_r
 ENGINES = ("serial", "pool", "numba")
 #: how long actors asked to close may take before they are killed
 CLOSE_GRACE = 2.0
+#: how long make waits for free resources that Ray still counts as held (it frees those of
+#: actors just killed, e.g. by another env's close(), a fraction of a second later)
+FREE_GRACE = 2.0
 #: the stand-in reply of an actor lost (and started again) during a call
 LOST = ("lost",)
 #: where a local engine's messages name its envs: "env 3's step()", "env 3 raised" (at the
@@ -72,6 +82,21 @@ def _shift_env_numbers(text: str, offset: int) -> str:
         stop = f"..{int(m.group(3)) + offset}" if m.group(3) else ""
         return f"{m.group(1)}{int(m.group(2)) + offset}{stop}"
     return _ENV_NUMBER.sub(shift, text)
+
+
+def _process_identity(pid: int | str = "self") -> tuple[str, str, str] | None:
+    """Which process ``pid`` is: (this machine's boot id, its pid namespace, its start time),
+    read from /proc (None elsewhere, or when it is gone). An actor reports its own; the driver
+    kills a pid only when it finds the same triple (same machine, same namespace, not reused)."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        namespace = os.readlink(f"/proc/{pid}/ns/pid")
+        with open(f"/proc/{pid}/stat") as f:
+            started = f.read().rsplit(")", 1)[1].split()[19]
+    except (OSError, IndexError):
+        return None
+    return boot, namespace, started
 
 
 class ShareRunner:
@@ -147,15 +172,14 @@ class ShareRunner:
         return ("raise", error, tb)
 
     def hello(self) -> tuple:
-        """The envs' spaces, metadata and this actor's process and node (or what failed)."""
+        """The envs' spaces, metadata and this actor's process (pid, identity) and node (or
+        what failed)."""
         if self.error is not None:
             return self.error
-        import os
-
         import ray
 
         return ("ok", self.spaces, self.meta, self.arrays["rewards"].dtype, os.getpid(),
-                ray.get_runtime_context().get_node_id())
+                ray.get_runtime_context().get_node_id(), _process_identity())
 
     def reset(self, mask: np.ndarray | None, seeds: list | None,
               options: dict[str, Any] | None) -> tuple:
@@ -301,6 +325,7 @@ class Actor:
     handle: Any = None
     pid: int | None = None
     node: str | None = None
+    identity: tuple[str, str, str] | None = None  # its process's (``_process_identity``)
     ref: Any = None  # async: the request in flight
     ids: np.ndarray | None = None  # async: the envs of that request
     queue: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)
@@ -322,6 +347,54 @@ def _import_ray() -> Any:
         raise BackendUnavailableError("backend 'ray' cannot run here: needs ray: pip install "
                                       "'envfleet[ray]'") from None
     return ray
+
+
+#: the node address of a Ray that envfleet starts: its servers then listen on loopback only
+LOOPBACK = "127.0.0.1"
+
+
+def _init_ray(ray: Any, address: str | None) -> None:
+    """Join the user's Ray (``address``, else ``RAY_ADDRESS``, else the cluster ``ray start``
+    made on this machine: Ray's own rule) or, when there is none, start a local one that
+    listens on loopback only (``start_loopback_ray``)."""
+    if address is None or address == "local":
+        from ray._private.services import canonicalize_bootstrap_address
+
+        try:
+            found = canonicalize_bootstrap_address(address)
+        except Exception:  # (a bad RAY_ADDRESS: ray.init says what is wrong with it)
+            found = ""
+        if found is None:
+            start_loopback_ray(ray)
+            return
+    ray.init(address=address)
+
+
+def start_loopback_ray(ray: Any, **options: Any) -> None:
+    """Start a local Ray (``ray.init`` ``options`` besides) whose every server (GCS, raylet,
+    workers and actors, the runtime-env and dashboard agents) listens on 127.0.0.1, without
+    the dashboard.
+
+    Ray binds its servers to loopback when the node address is 127.0.0.1, but ``ray.init``
+    swaps a loopback ``_node_ip_address`` for this machine's routable address unless its
+    ``ENABLE_RAY_CLUSTER`` switch (the ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` environment
+    variable, read when ray is imported) is off: it is turned off for this call only."""
+    from ray._private import ray_constants
+
+    saved = ray_constants.ENABLE_RAY_CLUSTER
+    ray_constants.ENABLE_RAY_CLUSTER = False
+    try:
+        ray.init(address="local", _node_ip_address=LOOPBACK, include_dashboard=False,
+                 **options)
+    finally:
+        ray_constants.ENABLE_RAY_CLUSTER = saved
+    node = ray.util.get_node_ip_address()
+    if node != LOOPBACK:
+        warnings.warn(f"backend 'ray': the local Ray started for this env (ray "
+                      f"{ray.__version__}) has node address {node}, not {LOOPBACK}: its GCS, "
+                      f"raylet and worker servers listen on every interface; to keep them on "
+                      f"this machine, start Ray yourself as the README says ('On a Ray "
+                      f"cluster') and pass address=", RuntimeWarning, stacklevel=2)
 
 
 def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
@@ -347,6 +420,55 @@ def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
         owns_ray[0] = False
         with contextlib.suppress(Exception):
             ray.shutdown()
+
+
+def _amounts(resources: dict[str, float]) -> str:
+    """``{"CPU": 4.0, "GPU": 0.5}`` as "4 CPU, 0.5 GPU" (nothing: "none")."""
+    return ", ".join(f"{v:g} {k}" for k, v in resources.items()) or "none"
+
+
+def _in_placement_group(placement: Any) -> bool:
+    """``placement`` puts the actors in a Ray placement group (resources reserved apart)."""
+    from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+    return isinstance(placement, PlacementGroupSchedulingStrategy)
+
+
+def _check_room(ray: Any, workers: int, asks: dict[str, float]) -> None:
+    """Refuse at once (``EnvWorkerError``) when the cluster has less free than ``workers``
+    actors asking ``asks`` each need in all: Ray would leave them pending, and ``make`` would
+    wait out its start timeout to blame a silent actor. Resources still held by actors just
+    killed (another env's ``close()``) are waited for up to ``FREE_GRACE``."""
+    need = {k: v * workers for k, v in asks.items()}
+    deadline = time.monotonic() + FREE_GRACE
+    while True:
+        free = ray.available_resources()
+        short = [k for k, v in need.items() if free.get(k, 0.0) < v - 1e-9]
+        if not short or time.monotonic() >= deadline:
+            break
+        time.sleep(0.1)
+    if short:
+        total = ray.cluster_resources()
+        raise EnvWorkerError(
+            f"backend 'ray': {workers} actor(s) asking {_amounts(asks)} each need "
+            f"{_amounts({k: need[k] for k in short})} in all, but the Ray cluster has "
+            f"{_amounts({k: free.get(k, 0.0) for k in short})} free (of "
+            f"{_amounts({k: total.get(k, 0.0) for k in short})}): other actors hold the rest "
+            f"(another backend='ray' env still open?). Close them, or ask for less: "
+            f"num_workers=, num_cpus= (e.g. num_cpus=0.5 to share CPUs), num_gpus=, resources=")
+
+
+def _kill(a: Actor) -> None:
+    """Kill actor ``a``: its process at once with SIGKILL when it runs on this machine (a
+    stopped or hung process would hold its resources until Ray's own kill gives up waiting
+    for it to exit, ~5 s), and the actor through Ray (wherever it runs)."""
+    import ray
+
+    if a.identity is not None and a.pid is not None and _process_identity(a.pid) == a.identity:
+        with contextlib.suppress(OSError):
+            os.kill(a.pid, signal.SIGKILL)
+    with contextlib.suppress(Exception):
+        ray.kill(a.handle, no_restart=True)
 
 
 def _check_int(name: str, value: Any, low: int = 1) -> None:
@@ -406,10 +528,8 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         self.step_timeout = float(step_timeout)
         self.restart_failed = bool(restart_failed)
         ray = _import_ray()
-        if not ray.is_initialized():
-            # (no address: Ray's own rule: RAY_ADDRESS, else the latest local cluster, else a
-            # new local instance, which close() shuts down)
-            ray.init(address=address)
+        if not ray.is_initialized():  # (a Ray started or joined here: close() shuts it down)
+            _init_ray(ray, address)
             self._owns_ray[0] = True
         try:
             if num_workers is None:
@@ -431,6 +551,10 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                 if native is not None else envs[start:stop]
                 for start, stop in split(num_envs, self.num_workers)]
             self._engine_options = dict(engine_options or {})
+            self._asks = {k: float(v) for k, v in
+                          {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
+            if not _in_placement_group(placement):  # (a group's bundles are reserved apart)
+                _check_room(ray, self.num_workers, self._asks)
             self._start()
         except BaseException:
             self._finalizer()
@@ -459,7 +583,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         hellos = self._gather(self._actors, refs, "make",
                               max(self.step_timeout, MIN_START_TIMEOUT))
         for a, hello in zip(self._actors, hellos, strict=True):
-            a.pid, a.node = hello[4], hello[5]
+            a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
         (obs_space, act_space), (metadata, render_mode) = hellos[0][1], hellos[0][2]
         for a, hello in zip(self._actors[1:], hellos[1:], strict=True):
             for what, theirs, mine in zip(("observation_space", "action_space"), hello[1],
@@ -510,8 +634,13 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         replies = []
         for a, ref in zip(actors, refs, strict=True):
             if ref not in ready_set:
-                replies.append(self._failed(a, f"did not answer within step_timeout="
-                                               f"{self.step_timeout:g} s", phase))
+                what = f"did not answer within step_timeout={self.step_timeout:g} s"
+                if phase == "make":  # (or Ray could not place it)
+                    free = ray.available_resources()
+                    what += (f" (each actor asks {_amounts(self._asks)}; the cluster has "
+                             f"{_amounts({k: free.get(k, 0.0) for k in self._asks})} free "
+                             f"now)")
+                replies.append(self._failed(a, what, phase))
                 continue
             try:
                 replies.append(ray.get(ref))
@@ -524,10 +653,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
 
     def _failed(self, a: Actor, what: str, phase: str) -> tuple:
         """Actor ``a`` died or hung: restart it (``LOST``) or shut everything down (raise)."""
-        import ray
-
-        with contextlib.suppress(Exception):
-            ray.kill(a.handle, no_restart=True)
+        _kill(a)
         if not self.restart_failed or phase == "make":
             message = f"{a.describe()} {what} during {phase}()"
             self._broken = message
@@ -543,7 +669,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         lost = f"{a.describe()} {what}"
         reply = self._gather([a], [self._spawn(a)], "make",
                              max(self.step_timeout, MIN_START_TIMEOUT))[0]
-        a.pid, a.node = reply[4], reply[5]
+        a.pid, a.node, a.identity = reply[4], reply[5], reply[6]
         a.ref, a.ids, a.queue = None, None, []
         rows = slice(a.start, a.stop)
         self._lost[a.index] = f"{lost}; it was restarted on node {a.node[:12]}"
