@@ -10,7 +10,9 @@ bench's own timing loop
 (2 untimed calls, then >= 0.5 s), whose slowest call says whether a kernel compiled inside
 it (the cause of the 0.10M plies/s reading: before the fix, the 63rd step's probe of the
 one-thread kernel compiled it, seconds long, inside the timed calls); and the one-thread
-kernel's first-call time after the threaded one compiled (the stall that probe paid).
+kernel's first-call time after the threaded one compiled (the stall that probe paid). Last,
+two fresh processes, each with its own empty kernel cache, run the bench's loop as it was
+(``pre-fix``: the probe's kernel compiled at the probe) and as it is (``fixed``).
 
 The kernel cache is a fresh temporary directory (``--warm-cache``: the user's), so the
 compile times are real. torch is imported first when installed, as the bench does
@@ -30,6 +32,7 @@ import ctypes
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +47,9 @@ ARGS.add_argument("--cartpole-envs", type=int, default=2**20)
 ARGS.add_argument("--chess-boards", type=int, default=4096)
 ARGS.add_argument("--no-torch", action="store_true", help="do not import torch first")
 ARGS.add_argument("--warm-cache", action="store_true", help="use the user's kernel cache")
+ARGS.add_argument("--no-cold-loops", action="store_true",
+                  help="skip the two cold-cache bench loops (pre-fix and fixed; ~25 s)")
+ARGS.add_argument("--cold-loop", choices=("pre-fix", "fixed"), help=argparse.SUPPRESS)
 OPTS = ARGS.parse_args()
 
 if not OPTS.warm_cache:  # before envfleet is imported: compile times are then real
@@ -243,7 +249,28 @@ def bench_loop(call: Callable[[], None], n: int) -> dict[str, Any]:
             "median_ms": 1e3 * float(np.median(times))}
 
 
+def cold_loop(code: str) -> None:
+    """One process, fresh kernel cache: gpu_bench.py's Chess-v0 loop on default threads.
+    ``pre-fix`` leaves the probe's kernel unprepared, as before the fix (it then compiles at
+    the probe, 63 steps in, inside the timed calls); ``fixed`` is the engine as it is."""
+    from envfleet.native.numba_backend import NumbaEngine
+
+    if code == "pre-fix":
+        NumbaEngine._prepare_other = lambda self, kernel, signature: None  # type: ignore
+    n = OPTS.chess_boards
+    t = time.perf_counter()
+    env = make("Chess-v0", n, None)
+    u = env.unwrapped
+    result = bench_loop(lambda: env.step(u.random_legal_actions()), n)
+    emit(part="cold_bench_loop", code=code, env="Chess-v0", n=n,
+         threads=u.engine.num_threads, active_threads_after=u.engine.active_threads,
+         seconds_with_compiles=round(time.perf_counter() - t, 2), **result)
+
+
 def main() -> None:
+    if OPTS.cold_loop:
+        cold_loop(OPTS.cold_loop)
+        return
     cores = usable_cores()
     top = min(cores, numba.config.NUMBA_NUM_THREADS)
     if OPTS.threads:
@@ -303,6 +330,12 @@ def main() -> None:
             emit(part="probe_compile_stall", env="Chess-v0", n=n_chess,
                  one_thread_first_call_s=stall,
                  pre_fix_bench_rate_predicted=n_chess * 64 / (62 * step_s + stall))
+    if not OPTS.no_cold_loops:  # the cause, shown: the pre-fix stall and its absence now
+        for code in ("pre-fix", "fixed"):
+            argv = [sys.executable, __file__, "--cold-loop", code, "--out", OUT,
+                    "--chess-boards", str(n_chess)] + (["--no-torch"] if OPTS.no_torch else [])
+            environ = {k: v for k, v in os.environ.items() if k != "ENVFLEET_CACHE_DIR"}
+            subprocess.run(argv, env=environ, check=False)
     emit(part="done", seconds=round(time.perf_counter() - T0, 1))
 
 
