@@ -3,17 +3,23 @@ threads (up to the usable cores), for a many-core host; about a minute on 16 cor
 
 Each point is an env made with ``num_threads=k`` (kept as asked), stepped for ``--seconds``;
 Chess's ``random_legal_actions()`` is timed apart from ``step`` (it runs on one thread).
-efficiency = rate(k) / (k * rate(1)) of the step alone. Then two checks of the adaptive
-engine (default threads, as ``gpu_bench.py`` made Chess-v0): the bench's own timing loop
+efficiency = rate(k) / (k * rate(1)) of the step alone; two controls without envfleet (FMA
+chains, a memory triad) and the physical cores show what the machine itself allows. Then two
+checks of the adaptive engine (default threads, as ``gpu_bench.py`` made Chess-v0): the
+bench's own timing loop
 (2 untimed calls, then >= 0.5 s), whose slowest call says whether a kernel compiled inside
 it (the cause of the 0.10M plies/s reading: before the fix, the 63rd step's probe of the
 one-thread kernel compiled it, seconds long, inside the timed calls); and the one-thread
-kernel's first-call time after the threaded one compiled (the stall that probe paid).
+kernel's first-call time after the threaded one compiled (the stall that probe paid). Last,
+two fresh processes, each with its own empty kernel cache, run the bench's loop as it was
+(``pre-fix``: the probe's kernel compiled at the probe) and as it is (``fixed``).
 
 The kernel cache is a fresh temporary directory (``--warm-cache``: the user's), so the
 compile times are real. torch is imported first when installed, as the bench does
-(``--no-torch``: not imported). Prints one JSON line per result and appends them to ``--out``
-(default ``$OUT/threads_check.jsonl``, else ``threads_check.jsonl``)::
+(``--no-torch``: not imported; with torch first, numba's OpenMP pool may run on torch's
+libgomp, which never saw envfleet's ``GOMP_SPINCOUNT``: the "libraries" line says). Prints
+one JSON line per result and appends them to ``--out`` (default
+``$OUT/threads_check.jsonl``, else ``threads_check.jsonl``)::
 
     PYTHONPATH=src python scripts/threads_check.py [--seconds 0.6] [--threads 1,2,4,8,16]
 """
@@ -26,6 +32,7 @@ import ctypes
 import json
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -40,6 +47,9 @@ ARGS.add_argument("--cartpole-envs", type=int, default=2**20)
 ARGS.add_argument("--chess-boards", type=int, default=4096)
 ARGS.add_argument("--no-torch", action="store_true", help="do not import torch first")
 ARGS.add_argument("--warm-cache", action="store_true", help="use the user's kernel cache")
+ARGS.add_argument("--no-cold-loops", action="store_true",
+                  help="skip the two cold-cache bench loops (pre-fix and fixed; ~25 s)")
+ARGS.add_argument("--cold-loop", choices=("pre-fix", "fixed"), help=argparse.SUPPRESS)
 OPTS = ARGS.parse_args()
 
 if not OPTS.warm_cache:  # before envfleet is imported: compile times are then real
@@ -51,9 +61,10 @@ if not OPTS.no_torch:
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
+from numba import njit, prange  # noqa: E402
 
 import envfleet  # noqa: E402
-from envfleet.machine import usable_cores  # noqa: E402
+from envfleet.machine import usable_core_ids, usable_cores  # noqa: E402
 
 OUT = OPTS.out or os.path.join(os.environ.get("OUT") or ".", "threads_check.jsonl")
 T0 = time.perf_counter()
@@ -100,6 +111,67 @@ def global_gomp() -> str | None:
     except (OSError, AttributeError) as error:
         return f"unknown ({error})"
     return None
+
+
+def physical_cores() -> int | None:
+    """Distinct physical cores among the usable CPUs (hyperthread siblings counted once):
+    fewer than the CPUs caps efficiency near cores / CPUs whatever the code does."""
+    siblings = set()
+    try:
+        for cpu in usable_core_ids():
+            path = f"/sys/devices/system/cpu/cpu{cpu}/topology/thread_siblings_list"
+            with open(path) as f:
+                siblings.add(f.read().strip())
+    except OSError:
+        return None
+    return len(siblings) or None
+
+
+@njit(parallel=True, nogil=True)
+def _fma(out: np.ndarray, iters: int) -> None:
+    """8 independent multiply-add chains per element: arithmetic throughput per core."""
+    for i in prange(out.size):
+        a = float(i)
+        b, c, d, e, f, g, h = a + 1, a + 2, a + 3, a + 4, a + 5, a + 6, a + 7
+        for _ in range(iters):
+            a = a * 1.0000001 + 1e-9
+            b = b * 1.0000001 + 1e-9
+            c = c * 1.0000001 + 1e-9
+            d = d * 1.0000001 + 1e-9
+            e = e * 1.0000001 + 1e-9
+            f = f * 1.0000001 + 1e-9
+            g = g * 1.0000001 + 1e-9
+            h = h * 1.0000001 + 1e-9
+        out[i] = a + b + c + d + e + f + g + h
+
+
+@njit(parallel=True, nogil=True)
+def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
+    """a = b + 3 c over arrays far larger than the caches: memory bandwidth."""
+    for i in prange(a.size):
+        a[i] = b[i] + 3.0 * c[i]
+
+
+def controls(counts: list[int]) -> None:
+    """The machine's own scaling, no envfleet code: FMA chains (cores) and a triad (memory
+    bandwidth; CartPole at 2**20 envs moves ~80 MB a step). Efficiency as for the envs."""
+    out = np.zeros(1 << 14)
+    a, b, c = (np.full(1 << 22, 1.0) for _ in range(3))  # 32 MB each
+    base: dict[str, float] = {}
+    for k in counts:
+        numba.set_num_threads(k)
+        for name, run, work in (("fma", lambda: _fma(out, 256), out.size * 256 * 8),
+                                ("triad_bytes", lambda: _triad(a, b, c), 3 * 8 * a.size)):
+            run()
+            calls, t0 = 0, time.perf_counter()
+            while time.perf_counter() - t0 < 0.15 or calls < 3:
+                run()
+                calls += 1
+            rate = work * calls / (time.perf_counter() - t0)
+            base.setdefault(name, rate)
+            emit(part="control", name=name, threads=k, per_s=rate,
+                 efficiency=round(rate / (k * base[name]), 3))
+    numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
 
 
 def cpu_model() -> str:
@@ -177,7 +249,28 @@ def bench_loop(call: Callable[[], None], n: int) -> dict[str, Any]:
             "median_ms": 1e3 * float(np.median(times))}
 
 
+def cold_loop(code: str) -> None:
+    """One process, fresh kernel cache: gpu_bench.py's Chess-v0 loop on default threads.
+    ``pre-fix`` leaves the probe's kernel unprepared, as before the fix (it then compiles at
+    the probe, 63 steps in, inside the timed calls); ``fixed`` is the engine as it is."""
+    from envfleet.native.numba_backend import NumbaEngine
+
+    if code == "pre-fix":
+        NumbaEngine._prepare_other = lambda self, kernel, signature: None  # type: ignore
+    n = OPTS.chess_boards
+    t = time.perf_counter()
+    env = make("Chess-v0", n, None)
+    u = env.unwrapped
+    result = bench_loop(lambda: env.step(u.random_legal_actions()), n)
+    emit(part="cold_bench_loop", code=code, env="Chess-v0", n=n,
+         threads=u.engine.num_threads, active_threads_after=u.engine.active_threads,
+         seconds_with_compiles=round(time.perf_counter() - t, 2), **result)
+
+
 def main() -> None:
+    if OPTS.cold_loop:
+        cold_loop(OPTS.cold_loop)
+        return
     cores = usable_cores()
     top = min(cores, numba.config.NUMBA_NUM_THREADS)
     if OPTS.threads:
@@ -187,6 +280,7 @@ def main() -> None:
         if counts[-1] != top:
             counts.append(top)
     emit(part="machine", cpu=cpu_model(), os_cpu_count=os.cpu_count(), usable_cores=cores,
+         physical_cores=physical_cores(),
          numba=numba.__version__, numba_num_threads=numba.config.NUMBA_NUM_THREADS,
          python=sys.version.split()[0], torch_imported="torch" in sys.modules,
          cache=os.environ.get("ENVFLEET_CACHE_DIR", "user"),
@@ -212,6 +306,7 @@ def main() -> None:
                     row["efficiency_with_draw"] = round(
                         row["draw_and_step_rate"] / (k * base["draw_and_step_rate"]), 3)
             emit(part="threads", **row)
+    controls(counts)
     emit(part="libraries", threading_layer=numba.threading_layer(), mapped=openmp_libraries(),
          gomp_in_global_scope=global_gomp(), torch_first="torch" in sys.modules)
     # the adaptive engine (default threads) in the bench's own loop; the kernels are compiled
@@ -235,6 +330,12 @@ def main() -> None:
             emit(part="probe_compile_stall", env="Chess-v0", n=n_chess,
                  one_thread_first_call_s=stall,
                  pre_fix_bench_rate_predicted=n_chess * 64 / (62 * step_s + stall))
+    if not OPTS.no_cold_loops:  # the cause, shown: the pre-fix stall and its absence now
+        for code in ("pre-fix", "fixed"):
+            argv = [sys.executable, __file__, "--cold-loop", code, "--out", OUT,
+                    "--chess-boards", str(n_chess)] + (["--no-torch"] if OPTS.no_torch else [])
+            environ = {k: v for k, v in os.environ.items() if k != "ENVFLEET_CACHE_DIR"}
+            subprocess.run(argv, env=environ, check=False)
     emit(part="done", seconds=round(time.perf_counter() - T0, 1))
 
 

@@ -238,6 +238,7 @@ class NumbaEngine:
         self._calls = 0  # steps since the last probe (adaptive threads only)
         self._stepped = 0.0  # their seconds
         self._probing = False  # the probe's first step ran: its second, timed, is next
+        self._probe_after = 0.0  # seconds of steps before the next probe (``_probe_due``)
         #: seconds of recent steps by kernel (adaptive threads only)
         self._times: dict[Any, deque[float]] = {k: deque(maxlen=3)
                                                  for k in (step_serial, step_parallel)}
@@ -276,14 +277,16 @@ class NumbaEngine:
         the time they took at least ``PROBE_EVERY - 2`` times the probe's extra time per step
         (the other kernel's median step less the current one's; nothing when it is faster).
         Two threads are at most 2x one, so on 2 cores this is every ``PROBE_EVERY`` steps;
-        16 threads' chess (one thread ~12x slower) probes every ~700 steps instead."""
+        16 threads' chess (one thread ~12x slower) probes every ~700 steps instead. The wait is
+        set once a cycle, not per step (two medians cost ~0.7 us, a few % of a small step)."""
         if self._calls < PROBE_EVERY - 1:
             return False
-        times = self._times
-        if not times[other] or not times[self._step]:
-            return True
-        extra = statistics.median(times[other]) - statistics.median(times[self._step])
-        return self._stepped >= (PROBE_EVERY - 2) * extra
+        if self._calls == PROBE_EVERY - 1:
+            times = self._times
+            extra = (statistics.median(times[other]) - statistics.median(times[self._step])
+                     if times[other] and times[self._step] else 0.0)
+            self._probe_after = (PROBE_EVERY - 2) * extra
+        return self._stepped >= self._probe_after
 
     def compile(self) -> None:
         """Compile the kernels now (first use would do it) by stepping a throwaway copy."""
