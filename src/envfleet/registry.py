@@ -420,7 +420,8 @@ def _register_gym(spec: NativeEnvSpec) -> None:
     )
 
 
-def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
+def register_native_env(spec: NativeEnvSpec, *, replace: bool = False,
+                        override_gymnasium: bool = False) -> None:
     """Add a native env family written by a user (docs/NATIVE_ENVS.md): afterwards
     ``make(spec.id, n, backend=...)``, ``list_envs()``, ``gymnasium.make("envfleet/<id>")`` and
     ``gymnasium.make_vec("envfleet/<id>", n, vectorization_mode="vector_entry_point")`` run it.
@@ -428,13 +429,23 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
     ``spec`` is checked first (``InvalidSpecError`` names the field that breaks the rules); its
     kernels compile on the first ``make`` of each backend (``KernelCompileError`` explains a
     numba typing error). An id already registered is refused unless ``replace=True``; envfleet's
-    own ids cannot be replaced.
+    own ids cannot be replaced. An id Gymnasium already has (``CartPole-v0``) is refused unless
+    ``override_gymnasium=True``: ``make(id, n)`` would then run your kernels on the native
+    backends (``"auto"`` included) while the executor backends keep building Gymnasium's env,
+    as for envfleet's own re-implementations.
     """
     check_spec(spec)
     env_id = spec.id
     if env_id in FAMILIES:
         raise ValueError(f"{env_id} is one of envfleet's own envs and cannot be replaced; "
                          f"give your family another id (e.g. another name or version)")
+    if env_id in gymnasium.registry and not override_gymnasium:
+        raise ValueError(
+            f"{env_id} is a Gymnasium id (gymnasium.make({env_id!r}) builds "
+            f"{_entry_point_name(gymnasium.registry[env_id])}): registered as a native env, "
+            f"make({env_id!r}, n) would run your kernels on the native backends but Gymnasium's "
+            f"env on the executor backends (serial, subprocess, pool, ray). Give your family "
+            f"another id, or pass override_gymnasium=True if it re-implements that env")
     if env_id in NATIVE_ENVS and not replace:
         raise ValueError(f"{env_id} is already registered; pass replace=True to replace it, or "
                          f"call unregister_native_env({env_id!r}) first")
@@ -444,6 +455,12 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
     NATIVE_ENVS[env_id] = spec
     gymnasium.registry.pop(full_id, None)  # replace=True: no "overriding" warning
     _register_gym(spec)
+
+
+def _entry_point_name(gym_spec: gymnasium.envs.registration.EnvSpec) -> str:
+    """What a Gymnasium id builds, for messages: ``module:Class`` or the callable's name."""
+    entry = gym_spec.entry_point
+    return entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
 
 
 def unregister_native_env(env_id: str) -> None:

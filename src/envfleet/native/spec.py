@@ -259,15 +259,38 @@ def check_spec(spec: Any) -> None:
         if spec.tables is not None:
             raise fail("backends", "lists 'torch', but the torch backend does not take lookup "
                                    "tables (spec.tables): leave 'torch' out")
-    for name in spec.info_columns:
-        if name not in spec.state:
-            raise fail("info_columns", f"names {name!r}, which is not a state column "
-                                       f"({', '.join(spec.state)})")
+    _check_info_columns(spec, fail)
     for name in ("kernel_params", "specialize", "default_max_steps", "vector_env_class",
                  "describe_refusal", "renderer"):
         value = getattr(spec, name)
         if value is not None and not callable(value):
             raise fail(name, f"must be a function or None, got {type(value).__name__}")
+
+
+def _check_info_columns(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    """``info_columns``: a tuple (or list) of state column names; a bare string is refused
+    rather than read as one column per character."""
+    columns = spec.info_columns
+    if isinstance(columns, str | bytes) or not isinstance(columns, tuple | list):
+        hint = f" (one column: write ({columns!r},))" if isinstance(columns, str) else ""
+        raise fail("info_columns", f"must be a tuple of state column names, got "
+                                   f"{type(columns).__name__} {columns!r}{hint}")
+    for name in columns:
+        if not isinstance(name, str) or name not in spec.state:
+            raise fail("info_columns", f"names {name!r}, which is not a state column "
+                                       f"({', '.join(spec.state)})")
+
+
+def _call_user(fail: Callable[[str, str], Exception], field_name: str, fn: Callable[..., Any],
+               *args: Any) -> Any:
+    """``fn(*args)``, a function the spec gives; an exception it raises is refused as an
+    ``InvalidSpecError`` naming the field (the user's exception kept as its cause)."""
+    if not callable(fn):
+        raise fail(field_name, f"must be a function or None, got {type(fn).__name__}")
+    try:
+        return fn(*args)
+    except Exception as error:  # reported with its type, as the user wrote it
+        raise fail(f"{field_name}()", f"raised {type(error).__name__}: {error}") from error
 
 
 def _check_spaces(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
@@ -312,7 +335,7 @@ def _check_state(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> 
     if not callable(tables):
         raise fail("tables", f"must be a function returning name -> array, got "
                              f"{type(tables).__name__}")
-    built = tables()
+    built = _call_user(fail, "tables", tables)
     if not isinstance(built, dict):
         raise fail("tables", f"must return a dict name -> NumPy array, returned "
                              f"{type(built).__name__}")
@@ -370,7 +393,8 @@ def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) ->
     except Exception as error:  # reported with its type, as the user wrote it
         raise fail("make_params()", f"raised {type(error).__name__}: {error}; every param "
                                     f"needs a default, so that make(id, n) works") from error
-    kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+    kernel_params = (_call_user(fail, "kernel_params", spec.kernel_params, params)
+                     if spec.kernel_params else params)
     if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
         raise fail("make_params", f"must return a NamedTuple (kernels read params.<name>), "
                                   f"returned {type(kernel_params).__name__}")
