@@ -125,21 +125,40 @@ class NativeEnvSpec:
         return columns
 
 
+def one_value(value: Any) -> Any:
+    """``value``, or the number a 0-d NumPy array holds (``np.array(9.8)`` is one value)."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
+def as_float(name: str, value: Any) -> float:
+    """``float(value)``; a number beyond float64's range (``10**400``) is a ``ValueError``
+    naming ``name``, not Python's ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        size = (f"about {'-' if value < 0 else ''}10**{math.log10(abs(value)):.0f}"
+                if isinstance(value, numbers.Integral) else "a number")
+        raise ValueError(f"{name} must be finite, got {size}, beyond float64's range "
+                         f"(+-1.8e308)") from None
+
+
 def finite_param(name: str, value: Any) -> float:
-    """A family's real-valued constructor argument as a float: a real number (``TypeError``
-    otherwise) that is finite (``ValueError`` otherwise)."""
+    """A family's real-valued constructor argument as a float: a real number or a 0-d array
+    of one (``TypeError`` otherwise) that is finite (``ValueError`` otherwise)."""
+    value = one_value(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(value):
+    number = as_float(name, value)
+    if not math.isfinite(number):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
+    return number
 
 
 def physics_param(name: str, value: Any, *, positive: bool = False) -> float | np.ndarray:
-    """A family's physics parameter as one float (``finite_param``) or, for a 1-D array (one
-    value per env), a read-only float64 copy; finite, and above 0 when ``positive``. The
-    errors name the parameter and, for an array, the first bad env."""
-    if np.ndim(value) == 0 and not isinstance(value, np.ndarray):
+    """A family's physics parameter as one float (``finite_param``: a number or a 0-d array)
+    or, for a 1-D array (one value per env), a read-only float64 copy; finite, and above 0 when
+    ``positive``. The errors name the parameter and, for an array, the first bad env."""
+    if np.ndim(value) == 0:
         number = finite_param(name, value)
         if positive and not number > 0:
             raise ValueError(f"{name} must be > 0, got {value!r}")
