@@ -35,6 +35,21 @@ def test_gymnasium_make_passes_the_env_checker(env_id):
     env.close()
 
 
+@pytest.mark.parametrize("env_id", sorted(CHECK_KWARGS))
+def test_gymnasium_spec_has_the_reference_ids_solved_bar_and_limit(env_id):
+    """``gymnasium.spec("envfleet/<id>")`` carries the reference id's ``reward_threshold`` (what
+    Tianshou and rl-zoo call solved) and ``max_episode_steps``; Chess-v0 has no reference."""
+    spec = gym.spec(f"envfleet/{env_id}")
+    reference_id = FAMILIES[env_id].reference_id
+    if not reference_id:
+        assert spec.reward_threshold is None and spec.max_episode_steps is None  # max_plies
+        return
+    reference = gym.spec(reference_id)
+    assert spec.reward_threshold == reference.reward_threshold
+    assert spec.max_episode_steps == reference.max_episode_steps
+    assert gym.make(f"envfleet/{env_id}").spec.reward_threshold == reference.reward_threshold
+
+
 def test_cartpole_steps_as_gymnasium_cartpole_with_its_time_limit():
     """Each step of ``gymnasium.make("envfleet/CartPole-v1")`` equals Gymnasium's CartPole-v1
     stepped from the same state, TimeLimit included (600 steps, as the user asked)."""

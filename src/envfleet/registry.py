@@ -412,11 +412,16 @@ def register_with_gymnasium() -> None:
 
 
 def _register_gym(spec: NativeEnvSpec) -> None:
+    """``envfleet/<id>`` with the reference id's ``reward_threshold`` (the "solved" bar that
+    Tianshou and rl-zoo read from ``gymnasium.spec``) and the family's own episode limit (for
+    envfleet's families, the reference id's: a test keeps them equal)."""
+    reference = gymnasium.registry.get(spec.reference_id) if spec.reference_id else None
     gymnasium.register(
         id=f"{GYM_NAMESPACE}/{spec.id}",
         entry_point=functools.partial(NativeEnv, spec.id),
         vector_entry_point=functools.partial(make, spec.id),
         max_episode_steps=_gym_time_limit(spec),
+        reward_threshold=reference.reward_threshold if reference is not None else None,
     )
 
 
