@@ -357,11 +357,14 @@ class NativeEnv(gymnasium.Env):
     spaces, dynamics, seeding and reset options as env 0 of ``envfleet.make(env_id, 1)``;
     ``info`` holds env 0's entries (e.g. Chess-v0's ``action_mask``). Episode limits are
     Gymnasium's ``TimeLimit`` (``gymnasium.make(..., max_episode_steps=N)``), except for
-    families whose limit is a param (Chess-v0: ``max_plies``).
+    families whose limit is a param (Chess-v0: ``max_plies``). The family's
+    ``single_env_defaults`` apply unless given (Chess-v0: ``illegal_action="lose"``, an illegal
+    move ends the game as a loss for the mover, as PettingZoo's chess; ``"raise"`` refuses it).
     """
 
     def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
         spec = _native_spec(env_id)
+        kwargs = {**spec.single_env_defaults, **kwargs}
         if _gym_time_limit(spec) is not None:
             kwargs.setdefault("max_episode_steps", _NO_LIMIT)
         if render_mode is not None:

@@ -462,6 +462,9 @@ BAD_SPECS = {
     "kernel_params raise": (dict(kernel_params=lambda params: params.missing),
                             r"NativeEnvSpec.kernel_params\(\) raised AttributeError: "
                             r"'BounceParams' object has no attribute 'missing'"),
+    "single_env_defaults": (dict(single_env_defaults={"gravty": 1.0}),
+                            r"NativeEnvSpec.single_env_defaults \{'gravty': 1.0\} do not "
+                            r"make params: make_params raised TypeError: .*'gravty'"),
 }
 
 

@@ -94,6 +94,10 @@ class NativeEnvSpec:
     #: every call (and ``reset_one`` the whole row): numba's ``copy=True`` steps then write
     #: straight into new arrays instead of copying the buffers after the step
     writes_every_output: bool = False
+    #: keyword defaults of ``gymnasium.make("envfleet/<id>")`` (one env, ``NativeEnv``) that the
+    #: vector API does not take: Chess-v0's ``illegal_action="lose"`` (PettingZoo's rule), as
+    #: single-env tools (Gymnasium's ``check_env``, TorchRL's probes) step unmasked actions
+    single_env_defaults: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.backends is None:
@@ -412,6 +416,15 @@ def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) ->
     except Exception as error:  # reported with its type, as the user wrote it
         raise fail("make_params()", f"raised {type(error).__name__}: {error}; every param "
                                     f"needs a default, so that make(id, n) works") from error
+    defaults = spec.single_env_defaults
+    if not isinstance(defaults, dict) or not all(isinstance(k, str) for k in defaults):
+        raise fail("single_env_defaults", f"must be a dict of make_params keywords, got "
+                                          f"{defaults!r}")
+    try:
+        spec.make_params(**defaults)
+    except Exception as error:  # reported with its type, as the user wrote it
+        raise fail("single_env_defaults", f"{defaults!r} do not make params: make_params raised "
+                                          f"{type(error).__name__}: {error}") from error
     kernel_params = (_call_user(fail, "kernel_params", spec.kernel_params, params)
                      if spec.kernel_params else params)
     if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
