@@ -15,14 +15,19 @@ from envfleet.envs import FAMILIES
 from envfleet.registry import NativeEnv
 from tests.reference import balancing_actions
 
-#: what each native id needs to pass ``check_env`` (its random actions must be playable)
-CHECK_KWARGS = {"CartPole-v1": {}, "Acrobot-v1": {}, "MountainCar-v0": {}, "Pendulum-v1": {},
-                "MountainCarContinuous-v0": {}, "Chess-v0": {"illegal_action": "lose"}}
+#: what each native id is made with to pass ``check_env``: its defaults, and rgb_array where
+#: the family renders (Chess-v0's single env plays random unmasked actions by its own default)
+RGB = {"render_mode": "rgb_array"}
+CHECK_KWARGS = {"CartPole-v1": RGB, "Acrobot-v1": RGB, "MountainCar-v0": RGB,
+                "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {}}
 
 
 def test_every_native_family_is_covered():
-    """Every family envfleet ships (users' and the bench's own registrations aside)."""
+    """Every family envfleet ships (users' and the bench's own registrations aside), with
+    rgb_array exactly where it renders."""
     assert set(CHECK_KWARGS) == set(FAMILIES)
+    assert {i for i, kw in CHECK_KWARGS.items() if kw} == {
+        i for i, spec in FAMILIES.items() if spec.renderer is not None}
 
 
 @pytest.mark.parametrize("env_id", sorted(CHECK_KWARGS))
@@ -32,7 +37,51 @@ def test_gymnasium_make_passes_the_env_checker(env_id):
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*infinity.*")  # CartPole's own Box bounds
         check_env(env.unwrapped)
+    if CHECK_KWARGS[env_id]:
+        env.reset(seed=0)
+        frame = env.render()
+        assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     env.close()
+
+
+@pytest.mark.parametrize("env_id", sorted(CHECK_KWARGS))
+def test_gymnasium_spec_has_the_reference_ids_solved_bar_and_limit(env_id):
+    """``gymnasium.spec("envfleet/<id>")`` carries the reference id's ``reward_threshold`` (what
+    Tianshou and rl-zoo call solved) and ``max_episode_steps``; Chess-v0 has no reference."""
+    spec = gym.spec(f"envfleet/{env_id}")
+    reference_id = FAMILIES[env_id].reference_id
+    if not reference_id:
+        assert spec.reward_threshold is None and spec.max_episode_steps is None  # max_plies
+        return
+    reference = gym.spec(reference_id)
+    assert spec.reward_threshold == reference.reward_threshold
+    assert spec.max_episode_steps == reference.max_episode_steps
+    assert gym.make(f"envfleet/{env_id}").spec.reward_threshold == reference.reward_threshold
+
+
+def test_chess_single_env_illegal_move_loses_as_in_pettingzoo():
+    """``gymnasium.make("envfleet/Chess-v0")``: an illegal move ends the game, reward -1 to the
+    mover (PettingZoo's chess_v6: TerminateIllegalWrapper, illegal_reward=-1);
+    ``illegal_action="raise"`` restores the refusal; the vector API refuses by default."""
+    env = gym.make("envfleet/Chess-v0")
+    _, info = env.reset(seed=0)
+    illegal = int(np.flatnonzero(~info["action_mask"])[0])
+    _, reward, terminated, truncated, info = env.step(illegal)
+    assert (reward, terminated, truncated) == (-1.0, True, False)
+    assert env.unwrapped.vector_env.outcome(0) == "illegal_move"
+    env.close()
+    strict = gym.make("envfleet/Chess-v0", illegal_action="raise")
+    strict.reset(seed=0)
+    with pytest.raises(ValueError, match=rf"illegal action {illegal} for board 0"):
+        strict.step(illegal)
+    strict.close()
+    for vector in (envfleet.make("Chess-v0", 2),
+                   gym.make_vec("envfleet/Chess-v0", 2,
+                                vectorization_mode="vector_entry_point")):
+        vector.reset(seed=0)
+        with pytest.raises(ValueError, match=rf"illegal action {illegal} for board 1"):
+            vector.step(np.array([int(vector.random_legal_actions()[0]), illegal]))
+        vector.close()
 
 
 def test_cartpole_steps_as_gymnasium_cartpole_with_its_time_limit():

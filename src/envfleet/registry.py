@@ -377,11 +377,14 @@ class NativeEnv(gymnasium.Env):
     spaces, dynamics, seeding and reset options as env 0 of ``envfleet.make(env_id, 1)``;
     ``info`` holds env 0's entries (e.g. Chess-v0's ``action_mask``). Episode limits are
     Gymnasium's ``TimeLimit`` (``gymnasium.make(..., max_episode_steps=N)``), except for
-    families whose limit is a param (Chess-v0: ``max_plies``).
+    families whose limit is a param (Chess-v0: ``max_plies``). The family's
+    ``single_env_defaults`` apply unless given (Chess-v0: ``illegal_action="lose"``, an illegal
+    move ends the game as a loss for the mover, as PettingZoo's chess; ``"raise"`` refuses it).
     """
 
     def __init__(self, env_id: str, render_mode: str | None = None, **kwargs: Any) -> None:
         spec = _native_spec(env_id)
+        kwargs = {**spec.single_env_defaults, **kwargs}
         if _gym_time_limit(spec) is not None:
             kwargs.setdefault("max_episode_steps", _NO_LIMIT)
         if render_mode is not None:
@@ -432,15 +435,21 @@ def register_with_gymnasium() -> None:
 
 
 def _register_gym(spec: NativeEnvSpec) -> None:
+    """``envfleet/<id>`` with the reference id's ``reward_threshold`` (the "solved" bar that
+    Tianshou and rl-zoo read from ``gymnasium.spec``) and the family's own episode limit (for
+    envfleet's families, the reference id's: a test keeps them equal)."""
+    reference = gymnasium.registry.get(spec.reference_id) if spec.reference_id else None
     gymnasium.register(
         id=f"{GYM_NAMESPACE}/{spec.id}",
         entry_point=functools.partial(NativeEnv, spec.id),
         vector_entry_point=functools.partial(make, spec.id),
         max_episode_steps=_gym_time_limit(spec),
+        reward_threshold=reference.reward_threshold if reference is not None else None,
     )
 
 
-def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
+def register_native_env(spec: NativeEnvSpec, *, replace: bool = False,
+                        override_gymnasium: bool = False) -> None:
     """Add a native env family written by a user (docs/NATIVE_ENVS.md): afterwards
     ``make(spec.id, n, backend=...)``, ``list_envs()``, ``gymnasium.make("envfleet/<id>")`` and
     ``gymnasium.make_vec("envfleet/<id>", n, vectorization_mode="vector_entry_point")`` run it.
@@ -448,13 +457,23 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
     ``spec`` is checked first (``InvalidSpecError`` names the field that breaks the rules); its
     kernels compile on the first ``make`` of each backend (``KernelCompileError`` explains a
     numba typing error). An id already registered is refused unless ``replace=True``; envfleet's
-    own ids cannot be replaced.
+    own ids cannot be replaced. An id Gymnasium already has (``CartPole-v0``) is refused unless
+    ``override_gymnasium=True``: ``make(id, n)`` would then run your kernels on the native
+    backends (``"auto"`` included) while the executor backends keep building Gymnasium's env,
+    as for envfleet's own re-implementations.
     """
     check_spec(spec)
     env_id = spec.id
     if env_id in FAMILIES:
         raise ValueError(f"{env_id} is one of envfleet's own envs and cannot be replaced; "
                          f"give your family another id (e.g. another name or version)")
+    if env_id in gymnasium.registry and not override_gymnasium:
+        raise ValueError(
+            f"{env_id} is a Gymnasium id (gymnasium.make({env_id!r}) builds "
+            f"{_entry_point_name(gymnasium.registry[env_id])}): registered as a native env, "
+            f"make({env_id!r}, n) would run your kernels on the native backends but Gymnasium's "
+            f"env on the executor backends (serial, subprocess, pool, ray). Give your family "
+            f"another id, or pass override_gymnasium=True if it re-implements that env")
     if env_id in NATIVE_ENVS and not replace:
         raise ValueError(f"{env_id} is already registered; pass replace=True to replace it, or "
                          f"call unregister_native_env({env_id!r}) first")
@@ -464,6 +483,12 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False) -> None:
     NATIVE_ENVS[env_id] = spec
     gymnasium.registry.pop(full_id, None)  # replace=True: no "overriding" warning
     _register_gym(spec)
+
+
+def _entry_point_name(gym_spec: gymnasium.envs.registration.EnvSpec) -> str:
+    """What a Gymnasium id builds, for messages: ``module:Class`` or the callable's name."""
+    entry = gym_spec.entry_point
+    return entry if isinstance(entry, str) else getattr(entry, "__qualname__", repr(entry))
 
 
 def unregister_native_env(env_id: str) -> None:

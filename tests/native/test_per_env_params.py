@@ -140,6 +140,29 @@ def test_bad_per_env_values_are_refused(env_id: str, kwargs: dict, message: str)
         envfleet.make(env_id, 4, **kwargs)
 
 
+@pytest.mark.parametrize(("env_id", "name"), [
+    ("Pendulum-v1", "g"), ("CartPole-v1", "gravity"), ("CartPole-v1", "masspole"),
+    ("MountainCar-v0", "goal_velocity"), ("MountainCarContinuous-v0", "goal_velocity")])
+def test_a_0d_array_is_one_value(env_id: str, name: str) -> None:
+    """``g=np.array(9.8)`` is the number 9.8: the same params, and the same kernels, as
+    ``g=9.8`` (not a per-env array, nor an error)."""
+    value = 0.02 if "goal" in name else 9.8
+    env = envfleet.make(env_id, 3, **{name: np.array(value)})
+    assert type(getattr(env.engine.params, name)) is float
+    assert env.engine.params == envfleet.make(env_id, 3, **{name: value}).engine.params
+
+
+@pytest.mark.parametrize(("env_id", "name"), [
+    ("Pendulum-v1", "g"), ("CartPole-v1", "force_mag"), ("CartPole-v1", "length"),
+    ("CartPole-v1", "reset_high"), ("Acrobot-v1", "torque_noise_max"),
+    ("MountainCar-v0", "goal_velocity"), ("MountainCarContinuous-v0", "goal_velocity")])
+def test_a_number_beyond_float64_is_a_clear_error(env_id: str, name: str) -> None:
+    """``g=10**400`` is a ValueError naming the parameter, not Python's OverflowError."""
+    with pytest.raises(ValueError, match=rf"^{name} must be finite, got about 10\*\*400, "
+                                         rf"beyond float64's range"):
+        envfleet.make(env_id, 2, **{name: 10**400})
+
+
 def test_scalar_params_compile_as_before() -> None:
     """No array: the kernels get the state itself and the params record compiled in, as a
     family without per-env params (the same kernels as an explicit scalar make)."""

@@ -7,6 +7,7 @@ refused with an error naming the field, and a kernel numba cannot type with an e
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import math
 from typing import NamedTuple
 
@@ -349,6 +350,30 @@ def test_register_replace_unregister():
         envfleet.unregister_native_env("envfleet/CartPole-v1")
 
 
+def test_a_gymnasium_id_needs_an_explicit_override():
+    """``CartPole-v0`` is Gymnasium's: registered silently, ``make`` would run the native family
+    while the executors kept building Gymnasium's env. Refused, unless asked for."""
+    spec = dataclasses.replace(SPEC, id="CartPole-v0")
+    with pytest.raises(ValueError, match=r"CartPole-v0 is a Gymnasium id \(gymnasium.make\("
+                                         r"'CartPole-v0'\) builds gymnasium.envs.classic_control"
+                                         r".cartpole:CartPoleEnv\).*override_gymnasium=True"):
+        envfleet.register_native_env(spec)
+    assert "CartPole-v0" not in NATIVE_ENVS and "envfleet/CartPole-v0" not in gym.registry
+    envfleet.register_native_env(spec, override_gymnasium=True)
+    try:
+        native = envfleet.make("CartPole-v0", 2)
+        executor = envfleet.make("CartPole-v0", 2, backend="serial")
+        assert native.native_spec is spec  # the user's kernels on the native backends
+        assert executor.single_observation_space.shape == (4,)  # Gymnasium's CartPole
+        native.close()
+        executor.close()
+        with pytest.raises(ValueError, match="CartPole-v0 is a Gymnasium id"):
+            envfleet.register_native_env(spec, replace=True)  # each registration says so
+    finally:
+        envfleet.unregister_native_env("CartPole-v0")
+    assert gym.spec("CartPole-v0").entry_point.endswith("CartPoleEnv")  # Gymnasium's, intact
+
+
 def test_builtin_families_follow_the_rules():
     from envfleet.envs import FAMILIES
     from envfleet.native.spec import check_spec
@@ -427,6 +452,19 @@ BAD_SPECS = {
                      r"table name 'h' must be an identifier .*not a state column"),
     "info_columns": (dict(info_columns=("height",)),
                      r"info_columns names 'height', which is not a state column \(h, v\)"),
+    "info_columns a str": (dict(info_columns="hv"),
+                           r"info_columns must be a tuple of state column names, got str 'hv' "
+                           r"\(one column: write \('hv',\)\)"),
+    "tables raise": (dict(tables=lambda: {"jump": np.full(3, 1 / len(()))},
+                          backends=("numba",)),
+                     r"Bounce-v0: NativeEnvSpec.tables\(\) raised ZeroDivisionError: "
+                     r"division by zero"),
+    "kernel_params raise": (dict(kernel_params=lambda params: params.missing),
+                            r"NativeEnvSpec.kernel_params\(\) raised AttributeError: "
+                            r"'BounceParams' object has no attribute 'missing'"),
+    "single_env_defaults": (dict(single_env_defaults={"gravty": 1.0}),
+                            r"NativeEnvSpec.single_env_defaults \{'gravty': 1.0\} do not "
+                            r"make params: make_params raised TypeError: .*'gravty'"),
 }
 
 
@@ -470,6 +508,136 @@ def test_kernel_numba_cannot_type_is_explained():
     assert "must not allocate" in message and "spec.tables()" in message
     assert "docs/NATIVE_ENVS.md" in message
     assert isinstance(caught.value.__cause__, numba.core.errors.TypingError)
+
+
+@envfleet.kernel_function
+def zeros_step(i, state, params, actions, rng, obs, rewards, terminated):
+    scratch = np.zeros(2)  # allocates
+    state.h[i] = scratch[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def empty_step(i, state, params, actions, rng, obs, rewards, terminated):
+    scratch = np.empty(2)  # allocates
+    scratch[0] = 1.0
+    state.h[i] = scratch[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def list_step(i, state, params, actions, rng, obs, rewards, terminated):
+    kicks = [1.0, 2.0]  # allocates
+    state.h[i] = kicks[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def comprehension_step(i, state, params, actions, rng, obs, rewards, terminated):
+    kicks = [k * 1.0 for k in range(3)]  # allocates
+    state.h[i] = kicks[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def copy_step(i, state, params, actions, rng, obs, rewards, terminated):
+    row = obs[i, :].copy()  # allocates
+    state.h[i] = row[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def expression_step(i, state, params, actions, rng, obs, rewards, terminated):
+    row = obs[i, :] * 2.0  # allocates
+    state.h[i] = row[0]
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def allocating_helper(x):
+    scratch = np.zeros(3)  # allocates
+    scratch[0] = x
+    return scratch[0]
+
+
+@envfleet.kernel_function
+def helper_step(i, state, params, actions, rng, obs, rewards, terminated):
+    state.h[i] = allocating_helper(state.h[i])
+    terminated[i] = False
+
+
+@envfleet.kernel_function
+def allocating_reset(i, state, params, rng, obs):
+    start = np.array([0.5, 0.0])  # allocates
+    state.h[i] = start[0]
+    state.v[i] = start[1]
+    obs[i, 0] = np.float32(start[0])
+    obs[i, 1] = np.float32(0.0)
+
+
+#: every allocation form, each in the function whose marked line allocates
+ALLOCATING = {"np.zeros": zeros_step, "np.empty": empty_step, "list": list_step,
+              "list comprehension": comprehension_step, "slice copy": copy_step,
+              "array expression": expression_step, "helper's np.zeros": helper_step,
+              "reset's np.array": allocating_reset}
+
+
+def allocating_line(fn) -> tuple[int, str]:
+    """The line number and code of ``fn``'s line marked ``# allocates`` (or its helper's)."""
+    fn = allocating_helper if fn is helper_step else fn
+    lines, first = inspect.getsourcelines(fn)
+    k = next(k for k, line in enumerate(lines) if line.rstrip().endswith("# allocates"))
+    return first + k, lines[k].strip()
+
+
+@pytest.mark.parametrize("form", list(ALLOCATING))
+def test_an_allocating_kernel_is_named_at_its_line(form: str) -> None:
+    """Whatever the form of the allocation (numba fails to type some and to lower others,
+    and reports a helper's failure inside its caller's), the error names the allocating line of
+    the user's code and says that it allocates."""
+    fn = ALLOCATING[form]
+    field = "reset_one" if fn is allocating_reset else "step_one"
+    spec = dataclasses.replace(SPEC, id="Allocating-v0", reset_torch=None, step_torch=None,
+                               backends=None, **{field: fn})
+    envfleet.register_native_env(spec)
+    try:
+        with pytest.raises(envfleet.KernelCompileError) as caught:
+            envfleet.make("Allocating-v0", 2, backend="numba")
+    finally:
+        envfleet.unregister_native_env("Allocating-v0")
+    line, code = allocating_line(fn)
+    assert (f"for the 'numba' backend (at test_user_envs.py:{line} `{code}`: it allocates (a new "
+            f"array, list, dict, set or string;") in str(caught.value)
+
+
+def test_cuda_errors_name_the_line_numba_cpu_names() -> None:
+    """numba-cuda's messages carry no line of the user's code for most allocations (seen on an
+    H200 with numba-cuda 0.30.4) and colour what they print: on cuda, ``compile_checked`` asks
+    numba CPU, which compiles the same source under the same rules, for the line."""
+    from types import SimpleNamespace
+
+    from envfleet.native import jit
+    from envfleet.native.driver import MODE_CODES
+
+    spec = dataclasses.replace(SPEC, id="Allocating-v0", step_one=copy_step, reset_torch=None,
+                               step_torch=None, backends=None)
+
+    def compile_on_gpu() -> None:  # what numba-cuda raised for .copy(): no file, no line
+        raise numba.core.errors.TypingError("\x1b[1mNRT required but not enabled\x1b[0m")
+
+    engine = SimpleNamespace(spec=spec, mode=MODE_CODES[AutoresetMode.NEXT_STEP],
+                             params=spec.make_params(), max_episode_steps=10,
+                             compile=compile_on_gpu)
+    with pytest.raises(envfleet.KernelCompileError) as caught:
+        jit.compile_checked(engine, spec.id, "cuda")
+    line, code = allocating_line(copy_step)
+    assert (f"for the 'cuda' backend (at test_user_envs.py:{line} `{code}`: it allocates"
+            in str(caught.value))
+    coloured = ('\x1b[1mUntyped global name \x1b[1m\x1b[1m\'helper\'\x1b[0m\x1b[0m\x1b[0m\n'
+                '\x1b[1m\nFile "kernels.py", line 12:\x1b[0m\n\x1b[1m    x = helper(y)\n'
+                '    ^\x1b[0m\n')
+    assert jit._user_location(coloured) == "kernels.py:12 `x = helper(y)`: Untyped global " \
+                                           "name 'helper'"
 
 
 # --- debugging kernels as plain Python ------------------------------------------------------

@@ -27,7 +27,7 @@ from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import NativeEnvSpec, as_float, one_value
 
 # Gymnasium's class attributes (AcrobotEnv)
 DT = 0.2
@@ -76,10 +76,12 @@ def make_params(*, torque_noise_max: float = 0.0, book_or_nips: str = "book") ->
     attributes of those names (uniform torque noise in [-max, max]; "book" or "nips" dynamics)."""
     if book_or_nips not in ("book", "nips"):
         raise ValueError(f"book_or_nips must be 'book' or 'nips', got {book_or_nips!r}")
+    torque_noise_max = one_value(torque_noise_max)  # a 0-d array is one value
     if isinstance(torque_noise_max, bool) or not isinstance(torque_noise_max, (int, float,
                                                                                np.number)):
         raise ValueError(f"torque_noise_max must be a number >= 0, got {torque_noise_max!r}")
-    if not (math.isfinite(torque_noise_max) and torque_noise_max >= 0):
+    if not (math.isfinite(as_float("torque_noise_max", torque_noise_max))
+            and torque_noise_max >= 0):
         raise ValueError(f"torque_noise_max must be a finite number >= 0, got "
                          f"{torque_noise_max!r}")
     m1, m2, l1 = LINK_MASS_1, LINK_MASS_2, LINK_LENGTH_1

@@ -61,6 +61,8 @@ def make_params(
             f"kinematics_integrator must be 'euler' or 'semi-implicit euler', "
             f"got {kinematics_integrator!r}"
         )
+    reset_low, reset_high = finite_param("reset_low", reset_low), finite_param("reset_high",
+                                                                               reset_high)
     if not reset_low < reset_high:
         raise ValueError(f"reset_low ({reset_low}) must be below reset_high ({reset_high})")
     gravity = physics_param("gravity", gravity)
@@ -80,8 +82,8 @@ def make_params(
         tau=float(tau),
         theta_threshold_radians=12 * 2 * math.pi / 360,
         x_threshold=2.4,
-        reset_low=float(reset_low),
-        reset_high=float(reset_high),
+        reset_low=reset_low,
+        reset_high=reset_high,
         euler=kinematics_integrator == "euler",
         sutton_barto_reward=bool(sutton_barto_reward),
     )

@@ -16,7 +16,7 @@ from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, physics_param
+from envfleet.native.spec import NativeEnvSpec, as_float, one_value, physics_param
 
 # MountainCarEnv.__init__'s constants
 MIN_POSITION = -1.2
@@ -43,21 +43,23 @@ class MountainCarParams(NamedTuple):
 
 def make_params(*, goal_velocity: float | np.ndarray = 0) -> MountainCarParams:
     """``MountainCarEnv(goal_velocity=...)``: the goal also needs velocity >= goal_velocity
-    (one number, or an array of one finite value per env)."""
+    (one number or a 0-d array of one, or an array of one finite value per env)."""
+    goal_velocity = one_value(goal_velocity)
     if isinstance(goal_velocity, np.ndarray | list | tuple):
         return make_params()._replace(
             goal_velocity=physics_param("goal_velocity", goal_velocity))
     if isinstance(goal_velocity, bool) or not isinstance(goal_velocity, (int, float,
                                                                          np.number)):
         raise ValueError(f"goal_velocity must be a real number, got {goal_velocity!r}")
-    if math.isnan(goal_velocity):
+    number = as_float("goal_velocity", goal_velocity)
+    if math.isnan(number):
         raise ValueError(f"goal_velocity must be a real number, got {goal_velocity!r}")
     return MountainCarParams(
         min_position=MIN_POSITION,
         max_position=MAX_POSITION,
         max_speed=MAX_SPEED,
         goal_position=GOAL_POSITION,
-        goal_velocity=float(goal_velocity),
+        goal_velocity=number,
         force=FORCE,
         gravity=GRAVITY,
         reset_low=-0.6,

@@ -26,6 +26,7 @@ from gymnasium import spaces
 
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
+from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec, physics_param
 
@@ -194,6 +195,19 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     terminated.copy_(done)
 
 
+def _reference_env(params: MountainCarContinuousParams) -> Any:
+    """Gymnasium's Continuous_MountainCarEnv that draws the frames (the car at the row's
+    position; the goal velocity is not drawn)."""
+    from gymnasium.envs.classic_control.continuous_mountain_car import Continuous_MountainCarEnv
+
+    return Continuous_MountainCarEnv(render_mode="rgb_array")
+
+
+def _reference_dtype(row: dict[str, Any]) -> type:
+    """Gymnasium's state is float64 right after a reset and float32 after a step."""
+    return np.float64 if row["fresh"] else np.float32
+
+
 SPEC = NativeEnvSpec(
     writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="MountainCarContinuous-v0",
@@ -210,4 +224,6 @@ SPEC = NativeEnvSpec(
     step_torch=step_torch,
     reference_id="MountainCarContinuous-v0",
     description="car up a hill, continuous force (Gymnasium's Continuous_MountainCarEnv)",
+    renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30,
+                               state_dtype=_reference_dtype),
 )

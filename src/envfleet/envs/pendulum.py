@@ -17,6 +17,7 @@ from gymnasium import spaces
 
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
+from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
 from envfleet.native.spec import NativeEnvSpec, physics_param
 
@@ -141,6 +142,17 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     _write_obs_torch(state, obs)
 
 
+def _reference_env(params: PendulumParams) -> Any:
+    """Gymnasium's PendulumEnv that draws the frames: the pendulum at the row's angle, without
+    the torque arrow (Gymnasium draws its last action, which the state does not keep; its own
+    frames right after a reset have no arrow either)."""
+    from gymnasium.envs.classic_control.pendulum import PendulumEnv
+
+    env = PendulumEnv(render_mode="rgb_array")
+    env.last_u = None  # set by PendulumEnv.reset, read by render
+    return env
+
+
 SPEC = NativeEnvSpec(
     writes_every_output=True,  # step_one writes every obs, reward and terminated row
     id="Pendulum-v1",
@@ -156,4 +168,5 @@ SPEC = NativeEnvSpec(
     reference_id="Pendulum-v1",
     description="pendulum swing-up, continuous torque (Gymnasium's PendulumEnv, float64)",
     per_env_params=("g",),
+    renderer=ReferenceRenderer(_reference_env, ("theta", "theta_dot"), fps=30),
 )

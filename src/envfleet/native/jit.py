@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import inspect
 import itertools
+import linecache
 import os
 import re
 import sys
@@ -57,39 +58,79 @@ KERNEL_RULES = (
     "docs/NATIVE_ENVS.md, \"Kernel rules\"."
 )
 
-_LOCATION = re.compile(r'File "([^"]+)", line (\d+)')
+#: where numba points: a typing error's ``File "path", line N:`` (the code follows, marked
+#: with ``^``) and a lowering error's ``During: lowering "..." at path (N)`` (an allocation:
+#: lists, array expressions and copies pass typing and fail when lowered without numba's runtime)
+_LOCATION = re.compile(r'File "(?P<file>[^"]+)", line (?P<line>\d+)'
+                       r'|During: lowering ".*" at (?P<lfile>.+?) \((?P<lline>\d+)\)[ \t]*$',
+                       re.MULTILINE)
+#: terminal colour codes (numba-cuda's messages carry them)
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
 #: frames of numba itself and of envfleet's driver and engines (not the user's code)
 _OURS = (f"{os.sep}envfleet{os.sep}native{os.sep}", f"{os.sep}numba{os.sep}")
+#: what numba says when kernel code allocates: kernels compile without numba's runtime (NRT),
+#: so an allocation fails to lower ("NRT required") or, for np.empty and what builds on it
+#: (np.zeros, np.ones, np.array), to type
+_ALLOCATION = ("NRT required but not enabled",
+               "Only accept returning of array passed into the function as argument")
+ALLOCATION_REASON = ("it allocates (a new array, list, dict, set or string; a slice's .copy() "
+                     "or an array expression such as a + b), which kernel code may not do")
 
 
 def _user_location(message: str) -> str | None:
-    """The innermost place in numba's message outside numba and envfleet's engines, as
-    ``file:line `code```, with the reason numba gives just before it when it is one
-    (e.g. "Untyped global name 'helper'")."""
+    """The innermost place in numba's message outside numba and envfleet's engines (numba
+    prints an inner function's error before its caller's), as ``file:line `code```, with the
+    reason: an allocation, whatever its form, or the line numba gives just before it when it is
+    one (e.g. "Untyped global name 'helper'")."""
+    message = _ANSI.sub("", message)  # numba-cuda highlights its messages
     places = [m for m in _LOCATION.finditer(message)
-              if not any(part in m.group(1) for part in _OURS)]
+              if not any(part in (m["file"] or m["lfile"]) for part in _OURS)]
     if not places:
         return None
-    innermost = places[-1]
-    where = f"{os.path.basename(innermost.group(1))}:{innermost.group(2)}"
+    innermost = places[0]
+    path, line = innermost["file"] or innermost["lfile"], innermost["line"] or innermost["lline"]
+    where = f"{os.path.basename(path)}:{line}"
     after = message[innermost.end():].splitlines()
     code = next((line.strip() for line, mark in itertools.pairwise(after)
-                 if mark.strip() == "^"), None)
+                 if mark.strip() == "^"), None) if innermost["file"] else None
+    code = code or linecache.getline(path, int(line)).strip()
     if code:
         where += f" `{code}`"
+    if any(text in message for text in _ALLOCATION):
+        return f"{where}: {ALLOCATION_REASON}"
     before = [line.strip() for line in message[:innermost.start()].splitlines() if line.strip()]
     if before and not before[-1].startswith(("During:", "raised from")):
         where += f": {before[-1]}"
     return where
 
 
+def _numba_cpu_location(engine: Any) -> str | None:
+    """Where numba CPU fails to compile ``engine``'s family (None: it compiles). numba-cuda's
+    messages often carry no line of the user's code (an allocation, for one); numba CPU
+    compiles the same kernel source under the same rules and names the line."""
+    from envfleet.native.numba_backend import NumbaEngine
+    from envfleet.native.spec import first_env_params
+
+    try:
+        NumbaEngine(engine.spec, 1, engine.mode, first_env_params(engine.spec, engine.params),
+                    engine.max_episode_steps, 1).compile()
+    except NumbaError as error:
+        return _user_location(str(error))
+    return None
+
+
 def compile_checked(engine: Any, env_id: str, backend: str) -> None:
     """Compile ``engine``'s kernels now; a numba error becomes a ``KernelCompileError`` naming
-    the family and the kernel rules, with numba's message kept as its cause."""
+    the family, the user's line (on cuda, where numba CPU also fails, the line numba CPU
+    names: the same error reads the same on both) and the kernel rules, with numba's message
+    kept as its cause."""
     try:
         engine.compile()
     except NumbaError as error:
-        where = _user_location(str(error))
+        where = None
+        if backend == "cuda" and "numba" in engine.spec.backends:
+            where = _numba_cpu_location(engine)
+        where = where or _user_location(str(error))
         at = f" (at {where})" if where else ""
         raise KernelCompileError(
             f"{env_id}: numba could not compile the env's kernels for the {backend!r} "

@@ -94,6 +94,10 @@ class NativeEnvSpec:
     #: every call (and ``reset_one`` the whole row): numba's ``copy=True`` steps then write
     #: straight into new arrays instead of copying the buffers after the step
     writes_every_output: bool = False
+    #: keyword defaults of ``gymnasium.make("envfleet/<id>")`` (one env, ``NativeEnv``) that the
+    #: vector API does not take: Chess-v0's ``illegal_action="lose"`` (PettingZoo's rule), as
+    #: single-env tools (Gymnasium's ``check_env``, TorchRL's probes) step unmasked actions
+    single_env_defaults: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.backends is None:
@@ -125,21 +129,40 @@ class NativeEnvSpec:
         return columns
 
 
+def one_value(value: Any) -> Any:
+    """``value``, or the number a 0-d NumPy array holds (``np.array(9.8)`` is one value)."""
+    return value[()] if isinstance(value, np.ndarray) and value.ndim == 0 else value
+
+
+def as_float(name: str, value: Any) -> float:
+    """``float(value)``; a number beyond float64's range (``10**400``) is a ``ValueError``
+    naming ``name``, not Python's ``OverflowError``."""
+    try:
+        return float(value)
+    except OverflowError:
+        size = (f"about {'-' if value < 0 else ''}10**{math.log10(abs(value)):.0f}"
+                if isinstance(value, numbers.Integral) else "a number")
+        raise ValueError(f"{name} must be finite, got {size}, beyond float64's range "
+                         f"(+-1.8e308)") from None
+
+
 def finite_param(name: str, value: Any) -> float:
-    """A family's real-valued constructor argument as a float: a real number (``TypeError``
-    otherwise) that is finite (``ValueError`` otherwise)."""
+    """A family's real-valued constructor argument as a float: a real number or a 0-d array
+    of one (``TypeError`` otherwise) that is finite (``ValueError`` otherwise)."""
+    value = one_value(value)
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise TypeError(f"{name} must be a real number, got {value!r} ({type(value).__name__})")
-    if not math.isfinite(value):
+    number = as_float(name, value)
+    if not math.isfinite(number):
         raise ValueError(f"{name} must be finite, got {value!r}")
-    return float(value)
+    return number
 
 
 def physics_param(name: str, value: Any, *, positive: bool = False) -> float | np.ndarray:
-    """A family's physics parameter as one float (``finite_param``) or, for a 1-D array (one
-    value per env), a read-only float64 copy; finite, and above 0 when ``positive``. The
-    errors name the parameter and, for an array, the first bad env."""
-    if np.ndim(value) == 0 and not isinstance(value, np.ndarray):
+    """A family's physics parameter as one float (``finite_param``: a number or a 0-d array)
+    or, for a 1-D array (one value per env), a read-only float64 copy; finite, and above 0 when
+    ``positive``. The errors name the parameter and, for an array, the first bad env."""
+    if np.ndim(value) == 0:
         number = finite_param(name, value)
         if positive and not number > 0:
             raise ValueError(f"{name} must be > 0, got {value!r}")
@@ -259,15 +282,38 @@ def check_spec(spec: Any) -> None:
         if spec.tables is not None:
             raise fail("backends", "lists 'torch', but the torch backend does not take lookup "
                                    "tables (spec.tables): leave 'torch' out")
-    for name in spec.info_columns:
-        if name not in spec.state:
-            raise fail("info_columns", f"names {name!r}, which is not a state column "
-                                       f"({', '.join(spec.state)})")
+    _check_info_columns(spec, fail)
     for name in ("kernel_params", "specialize", "default_max_steps", "vector_env_class",
                  "describe_refusal", "renderer"):
         value = getattr(spec, name)
         if value is not None and not callable(value):
             raise fail(name, f"must be a function or None, got {type(value).__name__}")
+
+
+def _check_info_columns(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
+    """``info_columns``: a tuple (or list) of state column names; a bare string is refused
+    rather than read as one column per character."""
+    columns = spec.info_columns
+    if isinstance(columns, str | bytes) or not isinstance(columns, tuple | list):
+        hint = f" (one column: write ({columns!r},))" if isinstance(columns, str) else ""
+        raise fail("info_columns", f"must be a tuple of state column names, got "
+                                   f"{type(columns).__name__} {columns!r}{hint}")
+    for name in columns:
+        if not isinstance(name, str) or name not in spec.state:
+            raise fail("info_columns", f"names {name!r}, which is not a state column "
+                                       f"({', '.join(spec.state)})")
+
+
+def _call_user(fail: Callable[[str, str], Exception], field_name: str, fn: Callable[..., Any],
+               *args: Any) -> Any:
+    """``fn(*args)``, a function the spec gives; an exception it raises is refused as an
+    ``InvalidSpecError`` naming the field (the user's exception kept as its cause)."""
+    if not callable(fn):
+        raise fail(field_name, f"must be a function or None, got {type(fn).__name__}")
+    try:
+        return fn(*args)
+    except Exception as error:  # reported with its type, as the user wrote it
+        raise fail(f"{field_name}()", f"raised {type(error).__name__}: {error}") from error
 
 
 def _check_spaces(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> None:
@@ -312,7 +358,7 @@ def _check_state(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -> 
     if not callable(tables):
         raise fail("tables", f"must be a function returning name -> array, got "
                              f"{type(tables).__name__}")
-    built = tables()
+    built = _call_user(fail, "tables", tables)
     if not isinstance(built, dict):
         raise fail("tables", f"must return a dict name -> NumPy array, returned "
                              f"{type(built).__name__}")
@@ -370,7 +416,17 @@ def _check_params(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) ->
     except Exception as error:  # reported with its type, as the user wrote it
         raise fail("make_params()", f"raised {type(error).__name__}: {error}; every param "
                                     f"needs a default, so that make(id, n) works") from error
-    kernel_params = spec.kernel_params(params) if spec.kernel_params else params
+    defaults = spec.single_env_defaults
+    if not isinstance(defaults, dict) or not all(isinstance(k, str) for k in defaults):
+        raise fail("single_env_defaults", f"must be a dict of make_params keywords, got "
+                                          f"{defaults!r}")
+    try:
+        spec.make_params(**defaults)
+    except Exception as error:  # reported with its type, as the user wrote it
+        raise fail("single_env_defaults", f"{defaults!r} do not make params: make_params raised "
+                                          f"{type(error).__name__}: {error}") from error
+    kernel_params = (_call_user(fail, "kernel_params", spec.kernel_params, params)
+                     if spec.kernel_params else params)
     if not isinstance(kernel_params, tuple) or not hasattr(kernel_params, "_fields"):
         raise fail("make_params", f"must return a NamedTuple (kernels read params.<name>), "
                                   f"returned {type(kernel_params).__name__}")

@@ -357,6 +357,9 @@ SPEC = NativeEnvSpec(
     backends=("numba", "cuda"),
     parallel_min_envs=128,  # a ply costs ~1 us: threads pay off well below CartPole's 512
     compile_seconds=15.0,  # move generation, rules and the opponent: a large kernel
+    # gymnasium.make("envfleet/Chess-v0"): an illegal move loses (PettingZoo's chess_v6 rule),
+    # since single-env tools step unmasked actions; the vector API keeps refusing them
+    single_env_defaults={"illegal_action": "lose"},
 )
 _PLANES_SPEC = replace(SPEC, observation_space=_planes_space())
 
