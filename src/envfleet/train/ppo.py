@@ -12,7 +12,9 @@ is the final observation, so a truncated episode bootstraps from ``V(final obs)`
 logit: they are never sampled and carry no probability in the loss.
 
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
-forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
+forward, sampling, buffer writes; on a CUDA device waited for before each ``env.step``, so the
+env's clock does not hold the policy's queued kernels); ``learning`` GAE and the gradient
+epochs. Evaluations have
 their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations.
 The ideal loop (``IdealLoop``) does the real loop's last iteration again against an env that
 costs nothing (``ReplayEnv``: the real rollout's observations, rewards, episode ends and masks
