@@ -169,38 +169,45 @@ def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> 
 
 def chess(check: Check) -> None:
     """Chess-v0 on cuda: random legal moves (drawn on the device) then the step, per call; for
-    each ``CHESS_VARIANTS`` entry (``packed=True``: the mask as bits, the planes as bitboards)."""
+    each ``CHESS_VARIANTS`` entry (``packed=True``: the mask as bits, the planes as bitboards),
+    with ``copy=False`` (the buffers) and ``copy=True`` (each step's obs and mask cloned, as a
+    consumer that keeps them pays)."""
 
     import envfleet
 
     for observation, packed in CHESS_VARIANTS:
         for n in sized(CHESS_SIZES):
-            label = dict(part="chess", env="Chess-v0", backend="cuda", n=n,
-                         observation=observation, packed=packed)
-            if check.left() < 10:
-                check.emit(**label, error="time up")
-                break
-            try:
-                t0 = time.perf_counter()
-                env = envfleet.make("Chess-v0", n, backend="cuda", seed=0, copy=False,
-                                    observation=observation, packed=packed)
-                env.reset(seed=0)
-                build = time.perf_counter() - t0
-                step = per_call(lambda env=env: env.step(env.random_legal_actions()),
-                                sync, min_s=0.5, max_calls=400)
-                draw = per_call(lambda env=env: env.random_legal_actions(), sync,
-                                min_s=0.2, max_calls=400)
-                space = env.single_observation_space
-                obs_bytes = space.dtype.itemsize * math.prod(space.shape)
-                check.emit(**label, us_per_call=step * 1e6, plies_per_s=n / step,
-                           draw_us=draw * 1e6, build_s=build,
-                           mask_bytes=int(n * (584 if packed else 4672)),
-                           obs_bytes=n * obs_bytes)
-                env.close()
-                del env
-                _release()
-            except Exception as error:
-                check.emit(**label, error=repr(error)[:400])
+            for copy in (False, True):
+                label = dict(part="chess", env="Chess-v0", backend="cuda", n=n,
+                             observation=observation, packed=packed, copy=copy)
+                if check.left() < 10:
+                    check.emit(**label, error="time up")
+                    break
+                try:
+                    t0 = time.perf_counter()
+                    env = envfleet.make("Chess-v0", n, backend="cuda", seed=0, copy=copy,
+                                        observation=observation, packed=packed)
+                    env.reset(seed=0)
+                    build = time.perf_counter() - t0
+                    step = per_call(lambda env=env: env.step(env.random_legal_actions()),
+                                    sync, min_s=0.5, max_calls=400)
+                    draw = {} if copy else {"draw_us": 1e6 * per_call(
+                        lambda env=env: env.random_legal_actions(), sync, min_s=0.2,
+                        max_calls=400)}
+                    space = env.single_observation_space
+                    obs_bytes = space.dtype.itemsize * math.prod(space.shape)
+                    check.emit(**label, us_per_call=step * 1e6, plies_per_s=n / step,
+                               **draw, build_s=build,
+                               mask_bytes=int(n * (584 if packed else 4672)),
+                               obs_bytes=n * obs_bytes)
+                    env.close()
+                    del env
+                    _release()
+                except Exception as error:
+                    check.emit(**label, error=repr(error)[:400])
+            else:
+                continue
+            break  # time up
 
 
 def rollouts(check: Check, n: int = 1_000_000, steps: int = 128) -> None:
@@ -389,7 +396,8 @@ def _chess_kind(row: dict[str, Any]) -> str:
     kind = row["backend"]
     if row.get("observation", "compact") != "compact":
         kind += f" {row['observation']}"
-    return kind + (" packed" if row.get("packed") else "")
+    kind += " packed" if row.get("packed") else ""
+    return kind + (" copy=True" if row.get("copy") else "")
 
 
 def _kind(row: dict[str, Any]) -> str:
