@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, about 8 minutes on one GPU: the cuda tests on the real GPU (agreement with the
+# The GPU check, about 10 minutes on one GPU: the cuda tests on the real GPU (agreement with the
 # numba backend, which matches Gymnasium bit for bit; rollouts; chess), the per-call sweep of
 # cuda and torch with gymnax and pgx as peers (python -m envfleet.bench.gpu), the tpb study and
 # the numba threads sweep of the host (scripts/threads_check.py). Writes JSON lines, Markdown
@@ -40,10 +40,11 @@ cat "$out/card.txt"
 parts=${GPU_CHECK_PARTS:-tests,sweep,tpb,threads}
 for p in ${parts//,/ }; do
     case $p in
-    tests) part tests 170 "$py" -m pytest -q -rf -p no:cacheprovider \
+    tests) part tests 230 "$py" -m pytest -q -rf -p no:cacheprovider \
         tests/native/test_cuda_backend.py tests/envs/test_classic_cuda.py \
-        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py ;;
-    sweep) part sweep "$(awk "BEGIN{print int(360*$scale)}")" \
+        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py \
+        tests/envs/chess/test_packed.py::test_cuda_packed_matches_numba ;;
+    sweep) part sweep "$(awk "BEGIN{print int(450*$scale)}")" \
         "$py" -m envfleet.bench.gpu --out "$out" --scale "$scale" ;;
     tpb) part tpb 75 "$py" -m envfleet bench --study tpb --block-sizes 64,256,1024 \
         --num-envs 1000,100000,1000000,10000000 --repeats 1 --seconds 0.3 --out "$out/tpb" ;;
