@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The GPU check, about 10 minutes on one GPU: the cuda tests on the real GPU (agreement with the
+# The GPU check, 6-10 minutes on one GPU (GPU_CHECK_SCALE<1 shortens the sweep): the cuda tests on the real GPU (agreement with the
 # numba backend, which matches Gymnasium bit for bit; rollouts; chess), the per-call sweep of
 # cuda and torch with gymnax and pgx as peers (python -m envfleet.bench.gpu), the tpb study and
 # the numba threads sweep of the host (scripts/threads_check.py). Writes JSON lines, Markdown
@@ -7,7 +7,7 @@
 #
 # Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
 # pytest (gymnax, pgx: optional peers). On a machine with no package index, bring wheels:
-# see docs/GPU.md. Each part has its own time limit; a part that fails does not stop the others.
+# see docs/gpu/README.md. Each part has its own time limit; a part that fails does not stop the others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD}/gpu-check
