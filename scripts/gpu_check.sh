@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check, 6-10 minutes on one GPU (GPU_CHECK_SCALE<1 shortens the sweep): the cuda tests on the real GPU (agreement with the
-# numba backend, which matches Gymnasium bit for bit; rollouts; chess), the per-call sweep of
-# cuda and torch with gymnax and pgx as peers (python -m envfleet.bench.gpu), the tpb study and
-# the numba threads sweep of the host (scripts/threads_check.py). Writes JSON lines, Markdown
+# The GPU check, 6-10 minutes on one GPU (GPU_CHECK_SCALE < 1 shortens the sweep): the cuda
+# tests on the real GPU (agreement with the numba backend, which matches Gymnasium bit for bit;
+# rollouts; chess), the per-call sweep of cuda and torch with gymnax as a peer (python -m
+# envfleet.bench.gpu; pgx on request), the tpb study and the numba threads sweep of the host
+# (scripts/threads_check.py). Writes JSON lines, Markdown
 # naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
 #
 # Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
 # pytest (gymnax, pgx: optional peers). On a machine with no package index, bring wheels:
-# see docs/gpu/README.md. Each part has its own time limit; a part that fails does not stop the others.
+# see docs/gpu/README.md. Each part has its own time limit; a part that fails does not stop the
+# others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD}/gpu-check
