@@ -41,18 +41,25 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from envfleet import backends
 from envfleet.bench.chess import (
     PERFT_SERIES,
     fairness,
     is_chess,
     native_reset_options,
 )
+from envfleet.machine import (
+    background_load,
+    cpu_seconds,
+    tree_cpu_seconds,
+)
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
-NATIVE_BACKENDS = ("numba", "torch", "cuda")
+#: envfleet's native backends, in the order the bench sweeps and shows them: the GPU's last
+NATIVE_BACKENDS = tuple(sorted(backends.NATIVE_BACKENDS, key=lambda b: b == "cuda"))
 #: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``);
 #: ``ray`` runs a native id with the native kernel in each actor
-EXECUTOR_BACKENDS = ("serial", "subprocess", "pool", "ray")
+EXECUTOR_BACKENDS = tuple(backends.EXECUTOR_BACKENDS)
 #: the object store of the local Ray instance a ray point starts (bytes)
 RAY_OBJECT_STORE = 256 * 2**20
 
@@ -120,40 +127,6 @@ def timed_loop(step: Callable[[], Any], sync: Callable[[], None], seconds: float
         batch = max(1, min(batch, int(left / per_call[-1]) if per_call[-1] > 0 else batch))
     per_call.sort()
     return calls, elapsed, per_call[len(per_call) // 2]
-
-
-def tree_cpu_seconds(root: int | None = None) -> float | None:
-    """CPU seconds used so far by process ``root`` (default: this one) and every live
-    descendant (worker processes, a forkserver and its children), read from /proc."""
-    root = os.getpid() if root is None else root
-    parent: dict[int, int] = {}
-    used: dict[int, float] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:  # not Linux
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        pid = int(name)
-        parent[pid] = int(fields[1])
-        used[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-    if root not in used:
-        return None
-    total = 0.0
-    for pid in used:
-        p = pid
-        while p > 1 and p != root:
-            p = parent.get(p, 0)
-        if p == root:
-            total += used[pid]
-    return total
 
 
 def _is_tensor(x: Any) -> bool:
@@ -452,32 +425,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --- parent side --------------------------------------------------------------------------------
-
-
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process and its children)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-        import resource
-    except (OSError, ValueError, ImportError):  # not Linux
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal, not guests
-    ours = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        ours += usage.ru_utime + usage.ru_stime
-    return busy, ours
-
-
-def background_load(before: tuple[float, float] | None, after: tuple[float, float] | None,
-                    wall: float) -> float | None:
-    """Cores kept busy by other processes (or the hypervisor) while a point ran."""
-    if before is None or after is None or wall <= 0:
-        return None
-    others = (after[0] - before[0]) - (after[1] - before[1])
-    return round(max(others, 0.0) / wall, 2)
 
 
 def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None

@@ -68,7 +68,7 @@ from envfleet.bench.report import (
     rich_tables,
 )
 from envfleet.bench.studies import STUDIES
-from envfleet.cli import CommandError, check_output
+from envfleet.command import CommandError, check_output
 from envfleet.registry import _native_name  # make()'s lookup
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
