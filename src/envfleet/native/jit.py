@@ -7,9 +7,9 @@ functions, and on CPU LLVM inlines them anyway (measured: same speed).
 
 ``announce_compile`` prints one line on stderr when an engine's kernels really compile (the
 first use of an env takes seconds: it should not look hung); a kernel loaded from the on-disk
-cache (``kernel_cache``) is not announced. ``compile_checked``
-compiles a user's family up front and turns numba's typing traceback into a
-``KernelCompileError`` that says what kernel code may do.
+cache (``kernel_cache``) is not announced. ``KernelCompileError`` says what kernel code may
+do, and ``_user_location`` finds the user's line in numba's message (``native/build.py``'s
+``compile_checked`` raises it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ import sys
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from numba.core.errors import NumbaError
 from numba.core.typing.templates import builtin_registry
 from numba.extending import register_jitable
 
@@ -103,40 +102,6 @@ def _user_location(message: str) -> str | None:
         where += f": {before[-1]}"
     return where
 
-
-def _numba_cpu_location(engine: Any) -> str | None:
-    """Where numba CPU fails to compile ``engine``'s family (None: it compiles). numba-cuda's
-    messages often carry no line of the user's code (an allocation, for one); numba CPU
-    compiles the same kernel source under the same rules and names the line."""
-    from envfleet.native.numba_backend import NumbaEngine
-    from envfleet.native.spec import first_env_params
-
-    try:
-        NumbaEngine(engine.spec, 1, engine.mode, first_env_params(engine.spec, engine.params),
-                    engine.max_episode_steps, 1).compile()
-    except NumbaError as error:
-        return _user_location(str(error))
-    return None
-
-
-def compile_checked(engine: Any, env_id: str, backend: str) -> None:
-    """Compile ``engine``'s kernels now; a numba error becomes a ``KernelCompileError`` naming
-    the family, the user's line (on cuda, where numba CPU also fails, the line numba CPU
-    names: the same error reads the same on both) and the kernel rules, with numba's message
-    kept as its cause."""
-    try:
-        engine.compile()
-    except NumbaError as error:
-        where = None
-        if backend == "cuda" and "numba" in engine.spec.backends:
-            where = _numba_cpu_location(engine)
-        where = where or _user_location(str(error))
-        at = f" (at {where})" if where else ""
-        raise KernelCompileError(
-            f"{env_id}: numba could not compile the env's kernels for the {backend!r} "
-            f"backend{at}. {KERNEL_RULES} numba's message, above, names the expression it "
-            f"could not type."
-        ) from error
 
 #: the kernel sets already announced in this process
 _ANNOUNCED: set[Hashable] = set()

@@ -284,7 +284,7 @@ def default_backends() -> list[str]:
 
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The workload study (``envfleet bench --study workload``)."""
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
     from envfleet.machine import usable_cores
 
     if envs and envs != ["CartPole-v1"]:
