@@ -119,3 +119,35 @@ def as32(x: float) -> float:
     """``x`` rounded to float32 and held as a float64 (a float32 value meeting a Python
     float)."""
     return np.float64(np.float32(x))
+
+
+def _angle_normalize_batched(x: Any) -> Any:
+    """Python's float modulo over a batch: C ``fmod``, then the divisor added to a negative
+    remainder."""
+    two_pi = 2 * np.pi
+    if isinstance(x, np.ndarray):
+        mod = np.fmod(x + np.pi, two_pi)
+        return np.where(mod < 0, mod + two_pi, mod) - np.pi
+    torch = _torch()
+    mod = torch.fmod(x + np.pi, two_pi)
+    return torch.where(mod < 0, mod + two_pi, mod) - np.pi
+
+
+@dual(_angle_normalize_batched)
+def angle_normalize(x: float) -> float:
+    """Gymnasium's ``angle_normalize``: ``((x + pi) % (2 pi)) - pi`` with Python's modulo."""
+    return ((x + np.pi) % (2 * np.pi)) - np.pi
+
+
+def _mul32_batched(c: float, u: Any) -> Any:
+    if isinstance(u, np.ndarray):
+        return (np.float32(c) * u).astype(np.float64)
+    torch = _torch()
+    return (torch.tensor(c, dtype=torch.float32, device=u.device) * u).double()
+
+
+@dual(_mul32_batched)
+def mul32(c: float, u: Any) -> Any:
+    """``c * u`` for a Python float ``c`` and a float32 ``u``, as NumPy computes it (NEP 50: a
+    float32 product), then widened to float64."""
+    return np.float64(np.float32(c) * u)
