@@ -28,10 +28,14 @@ from numba.extending import overload
 from envfleet.native import tensor_math
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+#: one env's numbers (Python's and NumPy's scalars: ``np.float64`` is a ``float``)
+_NUMBERS = (float, int, np.generic)
 
 
 def is_batch(value: Any) -> bool:
     """Whether ``value`` is a whole batch (a NumPy array or a torch tensor), not one number."""
+    if isinstance(value, _NUMBERS):  # the kernels' numbers, run as Python: decided at once
+        return False
     if isinstance(value, np.ndarray):
         return True
     torch = sys.modules.get("torch")  # a tensor exists only once torch is imported
