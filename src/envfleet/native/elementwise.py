@@ -71,11 +71,12 @@ def _torch() -> Any:
 
 
 def _where_batched(condition: Any, a: Any, b: Any) -> Any:
-    """``np.where`` / ``torch.where``; two numbers become float64 (torch would make float32)."""
+    """``np.where`` / ``torch.where``; two Python floats give float64 (torch would make
+    float32)."""
     if isinstance(condition, np.ndarray):
         return np.where(condition, a, b)
     torch = _torch()
-    if not isinstance(a, torch.Tensor) and not isinstance(b, torch.Tensor):
+    if isinstance(a, float) and isinstance(b, float):
         a = torch.tensor(a, dtype=torch.float64, device=condition.device)
     return torch.where(condition, a, b)
 
