@@ -14,6 +14,7 @@ do, and ``_user_location`` finds the user's line in numba's message (``native/bu
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import linecache
@@ -23,6 +24,7 @@ import sys
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
+import numpy as np
 from numba.core.typing.templates import builtin_registry
 from numba.extending import register_jitable
 
@@ -107,15 +109,15 @@ def _user_location(message: str) -> str | None:
 _ANNOUNCED: set[Hashable] = set()
 
 
-def host_loop(loop: Callable[..., None], key: Hashable, what: str) -> Any:
+def host_loop(loop: Callable[..., None], key: Hashable, what: str, **options: Any) -> Any:
     """``loop`` (a plain loop over NumPy arrays) compiled by numba for the torch backend's host
     route, on the kernel cache; its first compile on a machine (~0.5 s) is announced as
-    ``what``."""
+    ``what``. ``options``: more ``numba.njit`` options."""
     import numba
 
     from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 
-    compiled = numba.njit(boundscheck=False, nogil=True)(loop)
+    compiled = numba.njit(boundscheck=False, nogil=True, **options)(loop)
     return disk_cached(compiled, on_compile=lambda: announce_compile(
         key, what, "torch", 0.5, cached=is_disk_cached(compiled)))
 
@@ -136,3 +138,32 @@ def announce_compile(key: Hashable, env_id: str, backend: str, seconds: float,
     when = "once: later runs load them from the cache" if cached else "first use in this process"
     print(f"envfleet: compiling {env_id} kernels for {backend} (~{seconds:g} s, {when})...",
           file=sys.stderr, flush=True)
+
+
+def step_rows(step_one: Callable[..., None], params: tuple, env_id: str) -> Callable[..., None]:
+    """``step_one`` over every row of a batch of NumPy arrays, compiled (``host_loop``, numba's
+    ``error_model="numpy"`` as the numba backend's kernels): the torch backend's host route for
+    a family whose whole-batch form costs more than its kernel (CartPole). The loop takes
+    ``(state, params, actions, rng, obs, rewards, terminated)``; ``params`` fields that are
+    arrays (per-env values, ``spec.per_env_params``) are read at env i's index."""
+    per_env = tuple(name for name, value in zip(params._fields, params, strict=True)
+                    if isinstance(value, np.ndarray))
+    return _step_rows(step_one, type(params), per_env, env_id)
+
+
+@functools.cache
+def _step_rows(step_one: Callable[..., None], params_type: type, per_env: tuple[str, ...],
+               env_id: str) -> Callable[..., None]:
+    fields = ", ".join(f"params[{j}][i]" if name in per_env else f"params[{j}]"
+                       for j, name in enumerate(params_type._fields))
+    scope: dict[str, Any] = {"Params": params_type}
+    exec(f"def row(params, i):\n    return Params({fields})\n", scope)  # numba: no _replace
+    row = kernel_function(scope["row"])
+
+    def loop(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+             terminated: Any) -> None:
+        for i in range(obs.shape[0]):
+            step_one(i, state, row(params, i), actions, rng, obs, rewards, terminated)
+
+    return host_loop(loop, ("rows", step_one, per_env), f"the {env_id} step loop",
+                     error_model="numpy")
