@@ -209,7 +209,7 @@ def sb3_evaluate(model: Any, env: Any, seed: int, target: float,
     soon as even perfect remaining episodes could not lift the mean to ``target``."""
     import numpy as np
 
-    from envfleet.train.ppo import best_total
+    from envfleet.train.evaluation import best_total
 
     env.seed(seed)
     obs = env.reset()

@@ -12,8 +12,8 @@ import pytest
 import torch
 
 from envfleet.cli import main
-from envfleet.train import ppo
-from envfleet.train.cli import GENERIC, preset
+from envfleet.train import checkpoint, evaluation, ppo
+from envfleet.train.cli import preset
 
 TINY = ["--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
         "--total-steps", "256", "--eval-every", "128", "--eval-episodes", "2", "--quiet"]
@@ -31,13 +31,13 @@ def test_train_on_numba_with_the_preset(env_id, num_envs, continuous, tmp_path, 
     capsys.readouterr()
     assert main(["eval", env_id, "--load", str(policy), "--episodes", "2"]) == 0
     assert "mean return" in capsys.readouterr().out
-    saved = ppo.read_checkpoint(str(policy))
+    saved = checkpoint.read_checkpoint(str(policy))
     assert ("actor_logstd" in saved["state_dict"]) == continuous
 
 
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "Pendulum-v1", "MountainCarContinuous-v0"])
 def test_losses_are_finite(env_id):
-    settings = {**GENERIC, **preset(env_id), "env_id": env_id, "backend": "numba", "num_steps": 32,
+    settings = {**preset(env_id), "env_id": env_id, "backend": "numba", "num_steps": 32,
                 "num_minibatches": 2, "update_epochs": 2, "eval_every": 0, "eval_episodes": 2}
     settings["total_steps"] = 2 * settings["num_envs"] * 32
     stats: list[dict[str, float]] = []
@@ -70,12 +70,12 @@ def test_presets_are_rl_zoos():
 
 def test_best_total_bounds_what_episodes_can_still_reach():
     totals, done = np.array([-50.0, -120.0, -30.0]), np.array([True, False, False])
-    assert ppo.best_total(totals, done, None, None) == np.inf
-    assert ppo.best_total(totals, done, 0.0, None) == -50.0
+    assert evaluation.best_total(totals, done, None, None) == np.inf
+    assert evaluation.best_total(totals, done, 0.0, None) == -50.0
     # no step rewards more than 0: unfinished episodes end no higher than where they are
-    assert ppo.best_total(totals, done, None, 0.0) == -200.0
-    assert ppo.best_total(totals, done, -100.0, 0.0) == -50.0 - 120.0 - 100.0
-    assert ppo.best_total(totals, done, None, 1.0) == np.inf
+    assert evaluation.best_total(totals, done, None, 0.0) == -200.0
+    assert evaluation.best_total(totals, done, -100.0, 0.0) == -50.0 - 120.0 - 100.0
+    assert evaluation.best_total(totals, done, None, 1.0) == np.inf
 
 
 def test_a_failing_acrobot_evaluation_stops_early():

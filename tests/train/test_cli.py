@@ -3,12 +3,13 @@ whose return improves."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import pytest
 
 from envfleet.cli import main
-from envfleet.train import ppo
+from envfleet.train import checkpoint, ppo
 from tests.train.envs import MASKED_TOY_ID
 
 TINY = ["--total-steps", "512", "--eval-every", "256", "--quiet"]
@@ -136,10 +137,13 @@ def test_help_shows_each_presets_defaults(capsys):
 
 
 def test_generic_defaults_are_ppo_args_defaults():
-    from envfleet.train.cli import GENERIC
+    """``--help`` shows ``ppo.Args``'s own defaults for ids without a preset (read from its
+    source, torch not imported), every one of them."""
+    from envfleet.train.cli import args_defaults
 
-    defaults = ppo.Args()
-    assert {k: getattr(defaults, k) for k in GENERIC} == GENERIC
+    defaults, shown = ppo.Args(), args_defaults()
+    assert {k: getattr(defaults, k) for k in shown} == shown
+    assert set(shown) == {f.name for f in dataclasses.fields(ppo.Args)} - {"env_kwargs"}
 
 
 def test_ppo_options_override_the_preset():
@@ -204,7 +208,7 @@ def test_eval_of_a_policy_for_another_env_is_a_clean_error(tmp_path, capsys):
 
     env = envfleet.make("CartPole-v1", 1)
     mislabelled = tmp_path / "mislabelled.pt"
-    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+    checkpoint.save(ppo.Agent(env.single_observation_space, env.single_action_space),
              ppo.Args(env_id="Acrobot-v1"), str(mislabelled))
     env.close()
     assert main(["eval", "Acrobot-v1", "--backend", "serial", "--load", str(mislabelled),
@@ -244,7 +248,7 @@ def test_eval_video_of_an_env_without_renderer_is_refused_up_front(tmp_path, cap
     import envfleet
 
     env = envfleet.make("Chess-v0", 1)
-    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+    checkpoint.save(ppo.Agent(env.single_observation_space, env.single_action_space),
              ppo.Args(env_id="Chess-v0"), str(policy))
     env.close()
     assert main(["eval", "Chess-v0", "--load", str(policy), "--video",

@@ -11,7 +11,7 @@ import torch
 from gymnasium import spaces
 
 from envfleet.cli import main
-from envfleet.train import ppo
+from envfleet.train import envs, ppo
 from tests.train.envs import MULTI_DISCRETE_TOY_ID
 
 OBS = spaces.Box(-1, 1, (3,), dtype=np.float32)
@@ -93,14 +93,14 @@ def test_actions_are_sampled_unclipped_and_stepped_clipped_into_the_box():
     spaces.Tuple((spaces.Discrete(2), spaces.Discrete(2))),
 ])
 def test_an_action_space_without_a_policy_is_refused_naming_it(action_space):
-    with pytest.raises(ppo.UnsupportedSpaceError) as error:
+    with pytest.raises(envs.UnsupportedSpaceError) as error:
         ppo.Agent(OBS, action_space)
     assert str(action_space) in str(error.value)
 
 
 def test_an_observation_space_without_a_policy_is_refused_naming_it():
     obs = spaces.Dict({"a": spaces.Box(-1, 1, (2,))})
-    with pytest.raises(ppo.UnsupportedSpaceError, match="Box, MultiBinary or Discrete obs"):
+    with pytest.raises(envs.UnsupportedSpaceError, match="Box, MultiBinary or Discrete obs"):
         ppo.Agent(obs, spaces.Discrete(2))
 
 

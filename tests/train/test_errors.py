@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from envfleet.cli import main
-from envfleet.train import ppo
+from envfleet.train import checkpoint, evaluation, ppo
 from tests.unwritable import FILE_KINDS, unwritable_file
 
 TINY = ["--total-steps", "64", "--num-envs", "4", "--num-steps", "16", "--eval-every", "0",
@@ -95,7 +95,7 @@ def policy(tmp_path):
 
     env = envfleet.make("CartPole-v1", 1)
     path = tmp_path / "policy.pt"
-    ppo.save(ppo.Agent(env.single_observation_space, env.single_action_space),
+    checkpoint.save(ppo.Agent(env.single_observation_space, env.single_action_space),
              ppo.Args(env_id="CartPole-v1"), str(path))
     env.close()
     return path
@@ -108,7 +108,7 @@ def test_eval_refuses_an_unwritable_output_before_playing(option, name, kind, po
     def no_play(*args, **kwargs):
         raise AssertionError("the policy was played although its output cannot be written")
 
-    monkeypatch.setattr(ppo, "evaluate", no_play)
+    monkeypatch.setattr(evaluation, "evaluate", no_play)
     path = unwritable_file(tmp_path, kind, name)
     assert main(["eval", "CartPole-v1", "--load", str(policy), "--episodes", "2", option,
                  str(path)]) == 2

@@ -13,7 +13,7 @@ import numpy as np
 import torch
 
 import envfleet
-from envfleet.train import ppo
+from envfleet.train import ideal, ppo
 from tests.train.envs import MASKED_TOY_ID, CountingEnv
 
 LENGTH, NUM_ENVS, NUM_STEPS = 3, 4, 10
@@ -40,7 +40,7 @@ def real_iteration(target_kl: float | None = None, env_fn=None, rollouts: int = 
 def test_ideal_keeps_the_real_transitions_and_gradient_steps():
     args, agent, optimizer, buf, info, stats = real_iteration()
     assert not buf.valid.all()  # reset steps were dropped from the real rollout
-    ideal = ppo.IdealLoop(agent, optimizer, args, info, None, False)
+    ideal = ppo.ideal_loop(agent, args, info, None, False)
     ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
     assert torch.equal(ideal.buf.valid, buf.valid)
     assert torch.equal(ideal.buf.ended, buf.ended)
@@ -58,7 +58,7 @@ def test_ideal_replays_the_action_masks():
     """An env with action masks: the ideal's rollout sees the real rollout's masks."""
     args, agent, optimizer, buf, info, stats = real_iteration(
         env_fn=lambda: gym.make(MASKED_TOY_ID))
-    ideal = ppo.IdealLoop(agent, optimizer, args, info, None, False)
+    ideal = ppo.ideal_loop(agent, args, info, None, False)
     ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
     assert torch.equal(ideal.buf.masks, buf.masks) and not buf.masks.all()
     chosen = ideal.buf.masks[:-1].gather(-1, ideal.buf.actions.unsqueeze(-1))
@@ -69,7 +69,7 @@ def test_ideal_repeats_an_update_stopped_early_by_target_kl():
     """target_kl may stop the real update early; the ideal one runs the same epochs."""
     args, agent, optimizer, buf, info, stats = real_iteration(target_kl=-1.0)
     assert stats["epochs"] == 1  # stopped after the first epoch
-    ideal = ppo.IdealLoop(agent, optimizer, args, info, None, False)
+    ideal = ppo.ideal_loop(agent, args, info, None, False)
     ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
     assert ideal.last_stats["minibatch_steps"] == stats["minibatch_steps"]
 
@@ -79,7 +79,7 @@ def test_ideal_starts_from_the_real_agent_and_leaves_it_alone(monkeypatch):
     (not a copy taken once and trained apart: another policy, other numbers), in tensors of
     its own."""
     args, agent, optimizer, buf, info, stats = real_iteration()
-    ideal = ppo.IdealLoop(agent, optimizer, args, info, None, False)
+    ideal = ppo.ideal_loop(agent, args, info, None, False)
     ppo.update(agent, optimizer, buf, args, 1.0, torch.Generator().manual_seed(1))  # moves on
     real_state = {k: v.clone() for k, v in agent.state_dict().items()}
     real_adam = [{k: v.clone() for k, v in s.items()} for s in optimizer.state.values()]
@@ -123,7 +123,7 @@ def test_ideal_does_the_same_forward_and_backward_passes():
     optimizer = ppo.make_optimizer(agent, args)
     obs, info = env.reset(seed=0)
     buf = ppo.make_rollout(args, agent, info, torch.device("cpu"))
-    ideal = ppo.IdealLoop(agent, optimizer, args, info, None, False)
+    ideal = ppo.ideal_loop(agent, args, info, None, False)
     real_counts = counting(agent, optimizer)
     ideal_counts = counting(ideal.agent, ideal.optimizer)
     for _ in range(2):
@@ -144,7 +144,7 @@ def record_loops(monkeypatch) -> list[str]:
     collect = ppo.collect
 
     def spy(env, *a, **k):
-        order.append("I" if isinstance(env, ppo.ReplayEnv) else "R")
+        order.append("I" if isinstance(env, ideal.ReplayEnv) else "R")
         return collect(env, *a, **k)
 
     monkeypatch.setattr(ppo, "collect", spy)
@@ -155,7 +155,7 @@ def test_train_times_an_ideal_iteration_right_after_each_real_one(monkeypatch):
     """Interleaved one for one, so both see the same load (not a block of ideal iterations
     after training, when the machine may be busier or quieter), none untimed."""
     order = record_loops(monkeypatch)
-    iterations = ppo.IDEAL_MIN_ITERATIONS + 2
+    iterations = ideal.IDEAL_MIN_ITERATIONS + 2
     args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
                     total_steps=8 * 16 * iterations, eval_every=0, eval_episodes=4, seed=1)
     _, summary = ppo.train(args)
@@ -168,7 +168,7 @@ def test_a_longer_run_times_every_ideal_every_th_iteration(monkeypatch):
     ideal iteration every ``ideal_every`` real ones (and after the last): the ideal costs as
     much as a real update, so timing every one would double the wall time."""
     order = record_loops(monkeypatch)
-    first = ppo.IDEAL_MIN_ITERATIONS
+    first = ideal.IDEAL_MIN_ITERATIONS
     iterations = first + 5
     args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
                     total_steps=8 * 16 * iterations, eval_every=0, eval_episodes=4, seed=1,
@@ -203,9 +203,9 @@ def test_train_reports_the_ideal_median_its_spread_and_the_real_iterations(monke
                     seed=1)
     _, summary = ppo.train(args)
     # a short run: an ideal iteration after each real one, then enough for a median
-    assert "".join(order) == "RI" * 4 + "I" * (ppo.IDEAL_MIN_ITERATIONS - 4)
+    assert "".join(order) == "RI" * 4 + "I" * (ideal.IDEAL_MIN_ITERATIONS - 4)
     low, high = summary.sps_ideal_iqr
-    assert summary.ideal_iterations == ppo.IDEAL_MIN_ITERATIONS
+    assert summary.ideal_iterations == ideal.IDEAL_MIN_ITERATIONS
     assert np.isfinite([low, summary.sps_ideal, high]).all()
     assert 0 < low <= summary.sps_ideal <= high
     low, high = summary.sps_iteration_iqr

@@ -13,7 +13,7 @@ import threading
 import pytest
 
 from envfleet.cli import main
-from envfleet.train import ppo
+from envfleet.train import checkpoint, ppo
 from tests.unwritable import FILE_KINDS, unwritable_file
 
 TINY = ["--total-steps", "512", "--eval-every", "256", "--quiet"]
@@ -66,7 +66,7 @@ def test_a_path_that_fails_at_the_end_keeps_the_output_next_to_it(tmp_path, monk
         where = tmp_path / line.rsplit(f"the {label} is at ", 1)[1]
         assert where.parent == tmp_path and where.suffix == path.suffix and where.is_file()
     saved = [p for p in tmp_path.glob("policy-*.pt")]
-    assert len(saved) == 1 and ppo.read_checkpoint(str(saved[0]))["args"]["env_id"] == \
+    assert len(saved) == 1 and checkpoint.read_checkpoint(str(saved[0]))["args"]["env_id"] == \
         "CartPole-v1"
     assert json.loads(next(tmp_path.glob("run-*.json")).read_text())["total_steps"] == 512
 
@@ -121,7 +121,7 @@ def test_ctrl_c_saves_the_policy_and_summary_and_exits_130(tmp_path):
     assert "Traceback" not in err and "KeyboardInterrupt" not in err
     assert "envfleet train: interrupted (Ctrl-C) at" in err
     assert f"policy so far: {policy}" in err
-    assert ppo.read_checkpoint(str(policy))["args"]["env_id"] == "CartPole-v1"
+    assert checkpoint.read_checkpoint(str(policy))["args"]["env_id"] == "CartPole-v1"
     where = next(x for x in err.splitlines() if x.startswith("summary so far: "))
     summary_path = tmp_path / where.removeprefix("summary so far: ")
     assert summary_path.parent == tmp_path

@@ -1,1 +1,3 @@
-"""``envfleet train``: a single-file PPO (``ppo.py``) and its command line (``cli.py``)."""
+"""``envfleet train``: a single-file PPO (``ppo.py``), the modules beside it that its loop uses
+(``envs``, ``nets``, ``evaluation``, ``bookkeeping``, ``ideal``, ``checkpoint``) and its command
+line (``cli.py``)."""

@@ -8,7 +8,10 @@ imported only when a command runs (``envfleet --help`` and ``envfleet bench`` st
 from __future__ import annotations
 
 import argparse
+import ast
 import contextlib
+import functools
+import importlib.util
 import json
 import math
 import os
@@ -72,13 +75,20 @@ PRESETS: dict[str, dict[str, Any]] = {
                      time_limit=1200.0,
                      env_kwargs={"opponent": "random", "observation": "planes"}),
 }
-#: ``ppo.Args``'s defaults (CleanRL's PPO) for ids without a preset, for ``--help`` (which
-#: must not import torch); tests check they match ``ppo.Args``
-GENERIC: dict[str, Any] = dict(num_envs=8, num_steps=128, num_minibatches=4, update_epochs=4,
-                               learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
-                               clip_coef=0.2, total_steps=500_000, eval_every=10_000,
-                               eval_episodes=100, time_limit=None)
 LOG_EVERY_S = 1.0
+
+
+@functools.cache
+def args_defaults() -> dict[str, Any]:
+    """``ppo.Args``'s defaults (CleanRL's PPO: the settings of ids without a preset), read from
+    ppo.py's source: the one place they are written, and ``--help`` must not import torch."""
+    path = importlib.util.find_spec("envfleet.train.ppo").origin
+    tree = ast.parse(Path(path).read_text(encoding="utf-8"))
+    body = next(node.body for node in tree.body
+                if isinstance(node, ast.ClassDef) and node.name == "Args")
+    return {node.target.id: ast.literal_eval(node.value) for node in body
+            if isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)
+            and node.value is not None and not isinstance(node.value, ast.Call)}
 
 
 def _env_name(env_id: str) -> str:
@@ -148,15 +158,16 @@ def _show(value: Any) -> str:
 
 def preset_defaults(key: str) -> str:
     """``key``'s default in each preset and for other ids, for ``--help``."""
-    shown = [f"{name} {_show(values.get(key, GENERIC[key]))}" for name, values in PRESETS.items()]
-    return "default: " + ", ".join([*shown, f"other ids {_show(GENERIC[key])}"])
+    generic = args_defaults()[key]
+    shown = [f"{name} {_show(values.get(key, generic))}" for name, values in PRESETS.items()]
+    return "default: " + ", ".join([*shown, f"other ids {_show(generic)}"])
 
 
 def minibatch_sizes() -> str:
     """Each preset's minibatch size (samples per gradient step), for ``--help``."""
-    sizes = [f"{name} {_minibatch_size({**GENERIC, **values})}"
+    sizes = [f"{name} {_minibatch_size({**args_defaults(), **values})}"
              for name, values in PRESETS.items()]
-    return ", ".join([*sizes, f"other ids {_minibatch_size(GENERIC)}"])
+    return ", ".join([*sizes, f"other ids {_minibatch_size(args_defaults())}"])
 
 
 def _minibatch_size(settings: dict[str, Any]) -> int:
@@ -260,7 +271,7 @@ def build_args(options: argparse.Namespace) -> Any:
     """``ppo.Args`` from the preset of ``options.env`` and the flags given."""
     from envfleet.train.ppo import Args
 
-    settings = {**GENERIC, **preset(options.env)}
+    settings = {**args_defaults(), **preset(options.env)}
     minibatch_size = _minibatch_size(settings)
     epochs, gradient_steps = (settings["update_epochs"],
                               settings["update_epochs"] * settings["num_minibatches"])
@@ -418,6 +429,7 @@ def run_train(options: argparse.Namespace) -> int:
     import envfleet
     from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
+    from envfleet.train.envs import EnvBuildError, UnsupportedSpaceError
 
     _check_device(options.device)
     args = build_args(options)
@@ -459,7 +471,7 @@ def run_train(options: argparse.Namespace) -> int:
         with bar:
             agent, summary = ppo.train(args, on_progress)
     except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError,
-            ppo.UnsupportedSpaceError, ppo.EnvBuildError) as error:
+            UnsupportedSpaceError, EnvBuildError) as error:
         raise CommandError(str(error)) from None
     except (ValueError, TypeError) as error:
         if "make" in str(error) or "backend" in str(error) or "option" in str(error):
@@ -481,7 +493,7 @@ def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summar
     status: 130 when interrupted, 1 when an asked path failed (the output is elsewhere)."""
     from rich.console import Console
 
-    from envfleet.train import ppo
+    from envfleet.train.checkpoint import save
 
     interrupted = summary.stop_reason == "interrupted"
     console.print(ending(args, summary), soft_wrap=True)
@@ -516,7 +528,7 @@ def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summar
 
     # (label, option, the asked path, writer); interrupted: policy and summary even unasked
     outputs: list[tuple[str, str, Path | None, Callable[[Path], None]]] = [
-        ("policy", "--save", options.save, lambda path: ppo.save(agent, args, str(path))),
+        ("policy", "--save", options.save, lambda path: save(agent, args, str(path))),
         ("summary", "--json", options.json,
          lambda path: path.write_text(json.dumps(result, indent=1) + "\n")),
         ("learning curve", "--plot", plot_path, write_plot)]
@@ -725,11 +737,13 @@ def run_eval(options: argparse.Namespace) -> int:
     import torch
 
     import envfleet
-    from envfleet.train import ppo
+    from envfleet.train.checkpoint import agent_from, read_checkpoint
+    from envfleet.train.envs import box_bounds
+    from envfleet.train.evaluation import evaluate
 
     name = _env_name(options.env)
     try:  # the checkpoint first: a policy of another env is refused before anything runs
-        saved = ppo.read_checkpoint(str(options.load))
+        saved = read_checkpoint(str(options.load))
     except ValueError as error:
         raise CommandError(str(error)) from None
     if _env_name(saved["args"]["env_id"]) != name:
@@ -750,14 +764,14 @@ def run_eval(options: argparse.Namespace) -> int:
     except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError, ValueError) as error:
         raise CommandError(str(error)) from None
     try:
-        agent = ppo.agent_from(saved, env)
+        agent = agent_from(saved, env)
     except ValueError as error:
         env.close()
         raise CommandError(f"{options.load}: {error}") from None
     obs, _ = env.reset(seed=options.seed)
-    result = ppo.evaluate(env, agent, options.seed, torch.device("cpu"),
+    result = evaluate(env, agent, options.seed, torch.device("cpu"),
                           isinstance(obs, torch.Tensor),
-                          ppo.box_bounds(env.single_action_space, torch.device("cpu")),
+                          box_bounds(env.single_action_space, torch.device("cpu")),
                           greedy=not options.sample)
     env.close()
     returns = np.asarray(result.returns)
@@ -810,7 +824,7 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
     import torch
 
     import envfleet
-    from envfleet.train import ppo
+    from envfleet.train.envs import action_mask, as_tensor, box_bounds
 
     backend = resolve_backend(options.env, options.backend)
     kwargs = dict(env_kwargs)
@@ -825,7 +839,7 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
         writer = imageio.get_writer(options.video, mode="I", duration=1000 / fps, loop=0)
     else:  # even frame sizes for H.264's 4:2:0 (imageio resizes odd ones)
         writer = imageio.get_writer(options.video, fps=fps, macro_block_size=2)
-    bounds = ppo.box_bounds(env.single_action_space, device)
+    bounds = box_bounds(env.single_action_space, device)
     steps, total = 0, 0.0
     try:
         obs, info = env.reset(seed=options.seed)
@@ -833,8 +847,8 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
         writer.append_data(np.asarray(env.render()[0]))
         with torch.inference_mode():
             while True:
-                x = agent.features(ppo.as_tensor(obs, device))
-                mask = ppo.action_mask(info, device)
+                x = agent.features(as_tensor(obs, device))
+                mask = action_mask(info, device)
                 action = agent.sample(x, mask) if options.sample else agent.greedy(x, mask)
                 if bounds is not None:
                     action = torch.clamp(action, *bounds)

@@ -56,8 +56,7 @@ def learn(env_id: str, backend: str, seconds: float, eval_games: int = EVAL_GAME
     base = train_args("Chess-v0", env_id, backend, num_envs or 256, 1, 0, seed)
     args = dataclasses.replace(base, total_steps=10**12, time_limit=seconds, eval_every=1,
                                eval_episodes=2)
-    # no ideal loop here (ideal_every=0): nor its end-of-run iterations (this worker only)
-    ppo.IDEAL_MIN_ITERATIONS = 0
+    # no ideal loop here (ideal_every=0): nor its end-of-run iterations
     holder: dict[str, Any] = {}
     snapshots: list[tuple[float, int, dict]] = []
 

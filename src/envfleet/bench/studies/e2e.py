@@ -16,7 +16,7 @@ but the final one (off the clock). The contenders run the same game with the sam
 
 Reported per point: end-to-end steps/s (the loop's wall clock, as ``envfleet train`` reports
 it) with the per-iteration median and spread, the ideal loop's median and interquartile range
-(``ppo.IdealLoop``: the same rollout, bookkeeping and update against a replayed env, one timed
+(``train/ideal.py``: the same rollout, bookkeeping and update against a replayed env, one timed
 right after each real iteration), the real iterations timed the same way (``iter/ideal``: like
 for like), env-only steps/s, and the seconds per update spent stepping the env, in inference
 and in learning (real and ideal). The ideal loop is an upper bound of the same work:
