@@ -18,13 +18,12 @@ The reward uses the unclipped action: ``100`` on reaching the goal, minus ``0.1 
 
 from __future__ import annotations
 
-import math
 from typing import Any, NamedTuple
 
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native import tensor_math
+from envfleet.native.elementwise import as32, clip, cos, where
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
@@ -59,12 +58,6 @@ _HIGH = np.array([0.6, 0.07], dtype=np.float32)
 
 
 @kernel_function
-def _as32(x: float) -> float:
-    """``x`` rounded to float32, as a float64 (how a float32 meets a Python float)."""
-    return np.float64(np.float32(x))
-
-
-@kernel_function
 def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
     """Position uniform in [-0.6, -0.4), velocity 0 (a float64 state, as Gymnasium's)."""
     position, velocity, fresh = state
@@ -76,51 +69,49 @@ def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 
 @kernel_function
+def dynamics(p: Any, position: Any, velocity: Any, wide: Any,
+             action: Any) -> tuple[Any, Any, Any, Any]:
+    """``Continuous_MountainCarEnv.step``'s physics under ``action`` (the float32 action's
+    value, as a float64): the new (position, velocity, terminated, reward). ``wide``: the
+    state is float64 (the first step after a reset), else float32. Each float32 operation is
+    the float64 one rounded (``as32``: exact for a product or sum of two float32 values), a
+    float32 meeting a Python float rounds the float first (NEP 50). One env's numbers in the
+    kernels, whole batches in the torch form (``elementwise``)."""
+    angle = where(wide, 3 * position, as32(3 * position))  # np.float32(3) * float32 position
+    c = 0.0025 * cos(angle)
+    clipped = (action < p.min_action) | (action > p.max_action)
+    # force: the Python float bound (float64 arithmetic) or the float32 action (float32)
+    term = where(clipped, clip(action, p.min_action, p.max_action) * p.power - c,
+                 as32(as32(action * as32(p.power)) - as32(c)))
+    velocity = where(wide, velocity + term, as32(velocity + as32(term)))
+    # a clamp assigns the Python float: *_py says the value combines as one from then on
+    v_hi = velocity > where(wide, p.max_speed, as32(p.max_speed))
+    v_lo = velocity < where(wide, -p.max_speed, as32(-p.max_speed))
+    velocity = where(v_hi, p.max_speed, where(v_lo, -p.max_speed, velocity))
+    velocity_py = v_hi | v_lo
+    position = where(wide, position + velocity, as32(position + as32(velocity)))
+    x_hi = position > where(wide, p.max_position, as32(p.max_position))
+    x_lo = position < where(wide, p.min_position, as32(p.min_position))
+    position = where(x_hi, p.max_position, where(x_lo, p.min_position, position))
+    exact = wide | x_hi | x_lo  # the position is a float64 or a Python float
+    stop = (position == where(exact, p.min_position, as32(p.min_position))) & (velocity < 0)
+    velocity = where(stop, 0.0, velocity)
+    velocity_py = velocity_py | stop
+    done = (position >= where(exact, p.goal_position, as32(p.goal_position))) & (
+        velocity >= where(wide | velocity_py, p.goal_velocity, as32(p.goal_velocity)))
+    reward = where(done, 100.0, 0.0) - action * action * 0.1  # math.pow(action[0], 2) * 0.1
+    return position, velocity, done, reward
+
+
+@kernel_function
 def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
              rewards: Any, terminated: Any) -> None:
     """One step of ``Continuous_MountainCarEnv.step`` for env i."""
     position_, velocity_, fresh_ = state
-    p = params
-    wide = fresh_[i]  # float64 state (first step after a reset), else float32
-    position = position_[i]
-    velocity = velocity_[i]
-    a = actions[i, 0]  # float32
-    if a < p.min_action or a > p.max_action:  # force is the Python float bound
-        force = min(max(np.float64(a), p.min_action), p.max_action)
-        term = force * p.power - 0.0025 * math.cos(
-            3 * position if wide else np.float64(np.float32(3) * np.float32(position)))
-    else:  # force is the float32 action: float32 arithmetic with the Python floats
-        c = 0.0025 * math.cos(
-            3 * position if wide else np.float64(np.float32(3) * np.float32(position)))
-        term = np.float64(a * np.float32(p.power) - np.float32(c))
-    velocity = velocity + term if wide else _as32(velocity + _as32(term))
-    # velocity_py / position_py: the value is a Python float (a clamp's constant)
-    velocity_py = False
-    if velocity > (p.max_speed if wide else _as32(p.max_speed)):
-        velocity = p.max_speed
-        velocity_py = True
-    elif velocity < (-p.max_speed if wide else _as32(-p.max_speed)):
-        velocity = -p.max_speed
-        velocity_py = True
-    position = position + velocity if wide else _as32(position + _as32(velocity))
-    position_py = False
-    if position > (p.max_position if wide else _as32(p.max_position)):
-        position = p.max_position
-        position_py = True
-    elif position < (p.min_position if wide else _as32(p.min_position)):
-        position = p.min_position
-        position_py = True
-    exact = wide or position_py
-    if (position == (p.min_position if exact else _as32(p.min_position))) and velocity < 0:
-        velocity = 0.0
-        velocity_py = True
-    done = (position >= (p.goal_position if exact else _as32(p.goal_position))) and (
-        velocity >= (p.goal_velocity if wide or velocity_py else _as32(p.goal_velocity)))
-    a64 = np.float64(a)
-    reward = 100.0 if done else 0.0
-    reward = reward - a64 * a64 * 0.1  # math.pow(action[0], 2) * 0.1
-    position_[i] = _as32(position)
-    velocity_[i] = _as32(velocity)
+    position, velocity, done, reward = dynamics(
+        params, position_[i], velocity_[i], fresh_[i], np.float64(actions[i, 0]))
+    position_[i] = as32(position)
+    velocity_[i] = as32(velocity)
     fresh_[i] = False
     obs[i, 0] = np.float32(position)
     obs[i, 1] = np.float32(velocity)
@@ -143,51 +134,13 @@ def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
     obs[:, 1] = velocity
 
 
-def _as32_torch(x: Any) -> Any:
-    return x.float().double()
-
-
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
-    """``step_one`` for every env at once, each precision case selected by mask."""
-    import torch
-
-    p = params
+    """``step_one`` for every env at once: ``dynamics`` over the whole batch."""
     position, velocity, fresh = state
-    wide = fresh
-    a = actions[:, 0]  # float32
-    a64 = a.double()
-    clipped = (a64 < p.min_action) | (a64 > p.max_action)
-    three = torch.tensor(3.0, dtype=torch.float32, device=a.device)
-    power = torch.tensor(p.power, dtype=torch.float32, device=a.device)
-    angle = torch.where(wide, 3 * position, (three * position.float()).double())
-    c = 0.0025 * tensor_math.cos(angle)
-    term = torch.where(clipped, a64.clamp(p.min_action, p.max_action) * p.power - c,
-                       (a * power - c.float()).double())
-    v = torch.where(wide, velocity + term, _as32_torch(velocity + _as32_torch(term)))
-
-    def limit(value: float, exact: Any) -> Any:
-        """A Python constant as the comparison sees it: itself, or rounded to float32."""
-        if isinstance(value, torch.Tensor):  # a per-env parameter
-            return torch.where(exact, value, _as32_torch(value))
-        return torch.full_like(position, float(np.float32(value))).masked_fill_(exact, value)
-
-    hi = v > limit(p.max_speed, wide)
-    lo = ~hi & (v < limit(-p.max_speed, wide))
-    v = torch.where(hi, p.max_speed, torch.where(lo, -p.max_speed, v))
-    v_py = hi | lo
-    x = torch.where(wide, position + v, _as32_torch(position + _as32_torch(v)))
-    hi = x > limit(p.max_position, wide)
-    lo = ~hi & (x < limit(p.min_position, wide))
-    x = torch.where(hi, p.max_position, torch.where(lo, p.min_position, x))
-    exact = wide | hi | lo
-    stop = (x == limit(p.min_position, exact)) & (v < 0)
-    v = torch.where(stop, 0.0, v)
-    v_py = v_py | stop
-    done = (x >= limit(p.goal_position, exact)) & (v >= limit(p.goal_velocity, wide | v_py))
-    reward = done.double() * 100.0 - a64 * a64 * 0.1
-    position.copy_(_as32_torch(x))
-    velocity.copy_(_as32_torch(v))
+    x, v, done, reward = dynamics(params, position, velocity, fresh, actions[:, 0].double())
+    position.copy_(as32(x))
+    velocity.copy_(as32(v))
     fresh.fill_(False)
     obs[:, 0] = x
     obs[:, 1] = v
