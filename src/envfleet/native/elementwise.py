@@ -88,9 +88,17 @@ def where(condition: Any, a: Any, b: Any) -> Any:
 
 
 def _clip_batched(x: Any, low: Any, high: Any) -> Any:
+    """The scalar form's two comparisons over a batch. ``np.maximum``/``np.minimum`` and
+    ``torch.clamp`` with per-env bounds give a tie between zeros the bound's sign (-0.0 vs
+    0.0) where the scalar form keeps ``x``; ``torch.clamp`` with number bounds keeps ``x``."""
     if isinstance(x, np.ndarray):
-        return np.minimum(np.maximum(x, low), high)
-    return _torch().clamp(x, low, high)
+        y = np.where(low > x, low, x)
+        return np.where(high < y, high, y)
+    torch = _torch()
+    if isinstance(low, torch.Tensor) or isinstance(high, torch.Tensor):
+        y = torch.where(low > x, low, x)
+        return torch.where(high < y, high, y)
+    return torch.clamp(x, low, high)
 
 
 @dual(_clip_batched)
