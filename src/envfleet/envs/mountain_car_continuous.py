@@ -108,8 +108,11 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
              rewards: Any, terminated: Any) -> None:
     """One step of ``Continuous_MountainCarEnv.step`` for env i."""
     position_, velocity_, fresh_ = state
-    position, velocity, done, reward = dynamics(
-        params, position_[i], velocity_[i], fresh_[i], np.float64(actions[i, 0]))
+    a = np.float64(actions[i, 0])
+    if fresh_[i]:  # each case compiled apart (the selects on ``wide`` fold away)
+        position, velocity, done, reward = dynamics(params, position_[i], velocity_[i], True, a)
+    else:
+        position, velocity, done, reward = dynamics(params, position_[i], velocity_[i], False, a)
     position_[i] = as32(position)
     velocity_[i] = as32(velocity)
     fresh_[i] = False
