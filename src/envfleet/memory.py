@@ -6,16 +6,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import numpy as np
-
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.native.spec import STATE, NativeEnvSpec
 
 #: per-env floor for executors: a Python Gymnasium env object (CartPole: about 3.5 KB) and its
 #: batch-buffer rows; the env's own memory is unknowable before it is built
 EXECUTOR_BYTES_PER_ENV = 1024
-#: per-env bookkeeping of the native engines besides state and observations: actions (8 bytes
-#: per component), reward, flags, the RNG counters and seeds, reset masks
-_NATIVE_OVERHEAD = 4 + 3 + 24 + 1 + 8 + 8
+#: per-env bytes a native engine holds besides its declared buffers (``NativeEnvSpec.buffers``)
+#: and its action buffer (8 bytes per component): a reset's mask and new seeds, the cuda
+#: engine's all-envs mask / the torch engine's ended mask and step counter row
+_ENGINE_SCRATCH = 1 + 8 + 8
 
 
 class InsufficientMemoryError(MemoryError):
@@ -41,21 +40,24 @@ def available_host_memory() -> int | None:
 
 
 def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str) -> int:
-    """An estimate of the bytes a native engine allocates for ``num_envs`` envs of ``spec``."""
-    state = _state_bytes(spec)
-    obs_space = spec.observation_space
-    obs = np.dtype(obs_space.dtype).itemsize * math.prod(obs_space.shape)
+    """An estimate of the bytes a native engine allocates for ``num_envs`` envs of ``spec``:
+    the buffers the spec declares, the action buffer and the engine's scratch."""
+    declared = sum(b.nbytes for b in spec.buffers(num_envs))
     action = 8 * math.prod(spec.action_space.shape or ())
-    per_env = state + 2 * obs + action + _NATIVE_OVERHEAD  # obs and final_obs
-    if backend == "torch":
-        per_env += state + obs + 24  # a step's temporaries (the family's arithmetic, gathers)
-    return per_env * num_envs
+    per_env = action + _ENGINE_SCRATCH
+    if backend == "torch":  # a step's temporaries (the family's arithmetic, gathers)
+        per_env += _state_bytes(spec) + _obs_bytes(spec) + 24
+    return declared + per_env * num_envs
 
 
 def _state_bytes(spec: NativeEnvSpec) -> int:
-    """Bytes of one env's state columns."""
-    return sum(np.dtype(dtype).itemsize * math.prod(shape)
-               for dtype, shape in spec.state.values())
+    """Bytes of one env's state columns (as declared: ``NativeEnvSpec.buffers``)."""
+    return sum(b.nbytes for b in spec.buffers(1) if b.role == STATE)
+
+
+def _obs_bytes(spec: NativeEnvSpec) -> int:
+    """Bytes of one env's observation."""
+    return next(b.nbytes for b in spec.buffers(1) if b.name == "obs")
 
 
 def check_memory(needed: int, available: int | None, what: str, where: str) -> None:

@@ -356,4 +356,7 @@ SPEC = NativeEnvSpec(
     reference_id="Acrobot-v1",
     description="two-link swing-up (Gymnasium's AcrobotEnv, float64 RK4)",
     renderer=ReferenceRenderer(_reference_env, ("theta1", "theta2", "dtheta1", "dtheta2"), fps=15),
+    # RK4: 4 x _dsdt (45: cos, sin, d1 6, d2 4, phi2 4, phi1 12, ddtheta2 13, ddtheta1 4)
+    # + 52 to combine the stages, wrap 4, observation cos / sin 4, terminal test 5
+    flops_per_step=245,
 )

@@ -157,4 +157,6 @@ SPEC = NativeEnvSpec(
     reference_id="MountainCar-v0",
     description="under-powered car up a hill (Gymnasium's MountainCarEnv, float64)",
     renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30),
+    # force 2, cos(3 x) 2, gravity term and sums 3, position 1
+    flops_per_step=8,
 )

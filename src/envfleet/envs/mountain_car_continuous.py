@@ -182,4 +182,6 @@ SPEC = NativeEnvSpec(
     description="car up a hill, continuous force (Gymnasium's Continuous_MountainCarEnv)",
     renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30,
                                state_dtype=_reference_dtype),
+    # cos(3 x) 3 with its factor, force x power 1, sum 2, position 1, reward 3
+    flops_per_step=10,
 )

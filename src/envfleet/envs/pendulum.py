@@ -152,4 +152,6 @@ SPEC = NativeEnvSpec(
     description="pendulum swing-up, continuous torque (Gymnasium's PendulumEnv, float64)",
     per_env_params=("g",),
     renderer=ReferenceRenderer(_reference_env, ("theta", "theta_dot"), fps=30),
+    # angle_normalize 3, costs 7, newthdot 12, newth 2, observation cos / sin 2, reward 1
+    flops_per_step=27,
 )

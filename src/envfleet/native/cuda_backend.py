@@ -38,7 +38,7 @@ from envfleet.native.driver import (
 )
 from envfleet.native.jit import announce_compile
 from envfleet.native.numba_backend import as_numpy_actions
-from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
+from envfleet.native.spec import PARAMS, NativeEnvSpec, first_env_params, split_params
 
 #: True when numba-cuda runs kernels in its simulator (no GPU involved).
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
@@ -209,24 +209,24 @@ class CudaEngine:
         self._saved_tensor = as_tensor(self._saved)
         self._integer_actions = fmt.integer
 
+        # every batch buffer as the spec declares it, in device memory, allocated once here
+        # (a captured CUDA graph replays launches on these very addresses)
+        values = {f"params.{name}": c for name, c in zip(per_env, columns, strict=True)}
+        buffers = {b.name: cuda.to_device(values[b.name]) if b.role == PARAMS
+                   else _zeros(b.shape, b.dtype) for b in spec.buffers(num_envs, per_env)}
+        tables = spec.tables() if spec.tables is not None else {}
         State = spec.state_type
-        self._state = State(**{name: cuda.to_device(column)
-                               for name, column in spec.allocate_state(num_envs).items()})
+        self._state = spec.state_from(buffers, {name: cuda.to_device(table)
+                                                for name, table in tables.items()})
         # what the kernels get as ``state``: with per-env params, the state and their columns
-        self._kernel_state = ((*self._state, *(cuda.to_device(c) for c in columns))
+        self._kernel_state = ((*self._state, *(buffers[name] for name in values))
                               if per_env else self._state)
-        obs_space = spec.observation_space
-        obs_shape = (num_envs, *obs_space.shape)
-        self._obs = _zeros(obs_shape, obs_space.dtype)
-        self._final_obs = _zeros(obs_shape, obs_space.dtype)
+        self._obs, self._final_obs = buffers["obs"], buffers["final_obs"]
         self._obs_rows = self._obs.reshape(num_envs, -1)  # kernels see obs as rows
         self._final_obs_rows = self._final_obs.reshape(num_envs, -1)
-        self._rewards = _zeros(num_envs, np.float32)
-        self._terminated = _zeros(num_envs, np.bool_)
-        self._truncated = _zeros(num_envs, np.bool_)
-        self._pending = _zeros(num_envs, np.bool_)
-        self._rng = (_zeros(num_envs, np.uint64), _zeros(num_envs, np.uint64),
-                     _zeros(num_envs, np.int64))
+        self._rewards, self._terminated = buffers["rewards"], buffers["terminated"]
+        self._truncated, self._pending = buffers["truncated"], buffers["pending"]
+        self._rng = (buffers["seeds"], buffers["episodes"], buffers["steps"])
         self._all = cuda.to_device(np.ones(num_envs, dtype=np.bool_))
         self._mask = _zeros(num_envs, np.bool_)
         self._seeds = _zeros(num_envs, np.uint64)
@@ -449,17 +449,17 @@ def lower_kernels(spec: NativeEnvSpec, params: tuple, modes: tuple[int, ...],
 
     kernel_params = spec.kernel_params(params) if spec.kernel_params else params
     kernel_params, per_env, columns = split_params(spec, kernel_params, n)
-    state = spec.state_type(**spec.allocate_state(n))
+    buffers = {b.name: np.zeros(b.shape, b.dtype) for b in spec.buffers(n)}
+    state = spec.state_from(buffers, spec.tables() if spec.tables is not None else {})
     kernel_state = (*state, *columns) if per_env else state
     fmt = action_format(spec.action_space)
     actions = np.ascontiguousarray(valid_actions(spec.action_space, n).reshape(n, -1)
                                    if not fmt.integer else valid_actions(spec.action_space, n))
     saved = np.ascontiguousarray(actions[0].reshape(-1))
     bounds = fmt.bounds
-    rng = (np.zeros(n, np.uint64), np.zeros(n, np.uint64), np.zeros(n, np.int64))
-    obs = np.zeros((n, int(np.prod(spec.observation_space.shape))),
-                   spec.observation_space.dtype)
-    rewards, flags = np.zeros(n, np.float32), np.zeros(n, np.bool_)
+    rng = (buffers["seeds"], buffers["episodes"], buffers["steps"])
+    obs = buffers["obs"].reshape(n, -1)
+    rewards, flags = buffers["rewards"], buffers["pending"]
     counters = np.zeros(4, np.int64)
     for mode in modes:
         validate, step, reset = compile_kernels(spec, mode, per_env, type(kernel_params))

@@ -207,21 +207,21 @@ class NumbaEngine:
         constant, per_env, columns = split_params(spec, self.kernel_params, num_envs)
         self.num_threads = num_threads
         self.bounds = action_format(spec.action_space).bounds
-        State = spec.state_type
-        self.state = State(**spec.allocate_state(num_envs))
+        # every batch buffer as the spec declares it, in host memory
+        buffers = {b.name: np.zeros(b.shape, b.dtype) for b in spec.buffers(num_envs, per_env)}
+        for name, column in zip(per_env, columns, strict=True):
+            buffers[f"params.{name}"][:] = column
+            buffers[f"params.{name}"].flags.writeable = False  # one compiled signature
+        self.state = spec.state_from(buffers, spec.tables() if spec.tables is not None else {})
         # what the kernels get as ``state``: with per-env params, the state and their columns
-        self._kernel_state = (*self.state, *columns) if per_env else self.state
-        obs_space = spec.observation_space
-        self.obs = np.zeros((num_envs, *obs_space.shape), dtype=obs_space.dtype)
-        self.final_obs = np.zeros_like(self.obs)
+        self._kernel_state = ((*self.state, *(buffers[f"params.{name}"] for name in per_env))
+                              if per_env else self.state)
+        self.obs, self.final_obs = buffers["obs"], buffers["final_obs"]
         self._obs_rows = self.obs.reshape(num_envs, -1)  # kernels see obs as rows
         self._final_obs_rows = self.final_obs.reshape(num_envs, -1)
-        self.rewards = np.zeros(num_envs, dtype=np.float32)
-        self.terminated = np.zeros(num_envs, dtype=np.bool_)
-        self.truncated = np.zeros(num_envs, dtype=np.bool_)
-        self.pending = np.zeros(num_envs, dtype=np.bool_)
-        self.rng = (np.zeros(num_envs, np.uint64), np.zeros(num_envs, np.uint64),
-                    np.zeros(num_envs, np.int64))
+        self.rewards, self.terminated = buffers["rewards"], buffers["terminated"]
+        self.truncated, self.pending = buffers["truncated"], buffers["pending"]
+        self.rng = (buffers["seeds"], buffers["episodes"], buffers["steps"])
         self._all = np.ones(num_envs, dtype=np.bool_)
         self._handed_out = False  # the outputs are a ``fresh`` step's, handed to its caller
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)

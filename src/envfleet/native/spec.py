@@ -1,7 +1,8 @@
 """The declaration of a native env family: spaces, per-env state, params and kernels.
 
-One ``NativeEnvSpec`` per family (EnvPool's habit): the engines allocate every buffer from it and
-lift its scalar kernels; nothing else about the family is special-cased anywhere.
+One ``NativeEnvSpec`` per family (EnvPool's habit): the engines allocate every buffer from it
+(``NativeEnvSpec.buffers``) and lift its scalar kernels; nothing else about the family is
+special-cased anywhere.
 """
 
 from __future__ import annotations
@@ -21,6 +22,33 @@ import numpy as np
 from gymnasium import spaces
 
 from envfleet.backends import NATIVE_BACKENDS
+
+#: buffer roles (``Buffer.role``): what a step hands out (obs, rewards, flags); the autoreset
+#: driver's bookkeeping (``final_obs``, ``pending``); the counter-based RNG's columns (seeds,
+#: episodes, steps); the family's state columns; per-env params values (``split_params``)
+OUTPUT, AUTORESET, RNG, STATE, PARAMS = "output", "autoreset", "rng", "state", "params"
+
+
+@dataclass(frozen=True)
+class Buffer:
+    """One batch array an engine preallocates: its name (``state.<column>`` and
+    ``params.<field>`` for the family's columns), batch shape (``num_envs`` first), NumPy dtype
+    and role. Each engine allocates it with its own allocator (NumPy, numba device arrays, a
+    torch arena); ``memory.native_bytes`` sums ``nbytes``."""
+
+    name: str
+    shape: tuple[int, ...]
+    dtype: np.dtype
+    role: str
+
+    @property
+    def column(self) -> str:
+        """The name without its role prefix (``state.x_dot`` -> ``x_dot``)."""
+        return self.name.partition(".")[2] or self.name
+
+    @property
+    def nbytes(self) -> int:
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 @dataclass(frozen=True, eq=False)
@@ -100,6 +128,10 @@ class NativeEnvSpec:
     #: vector API does not take: Chess-v0's ``illegal_action="lose"`` (PettingZoo's rule), as
     #: single-env tools (Gymnasium's ``check_env``, TorchRL's probes) step unmasked actions
     single_env_defaults: dict[str, Any] = field(default_factory=dict)
+    #: floating-point operations per env-step counted from ``step_one``'s expressions (+, -, *,
+    #: / and each sin / cos / fmod as one; the roofline study's compute bound); None: not
+    #: counted (e.g. Chess-v0's integer bitboard work)
+    flops_per_step: int | None = None
 
     def __post_init__(self) -> None:
         if self.backends is None:
@@ -120,15 +152,46 @@ class NativeEnvSpec:
     def table_names(self) -> tuple[str, ...]:
         return tuple(self.tables()) if self.tables is not None else ()
 
+    def buffers(self, num_envs: int, per_env: tuple[str, ...] = ()) -> tuple[Buffer, ...]:
+        """Every batch buffer of ``num_envs`` envs, declared once for the three engines and the
+        memory estimate: the outputs, the autoreset driver's, the RNG's columns, the state
+        columns, then one float64 column per per-env params field named in ``per_env``.
+        (The shared ``tables`` are not per env: each engine takes them as the family builds
+        them.) A family's extra per-env arrays (e.g. Chess-v0's action masks) are state
+        columns: they come from ``state``."""
+        n = num_envs
+        obs = self.observation_space
+        flag = np.dtype(np.bool_)
+        return (
+            Buffer("obs", (n, *obs.shape), np.dtype(obs.dtype), OUTPUT),
+            Buffer("rewards", (n,), np.dtype(np.float32), OUTPUT),
+            Buffer("terminated", (n,), flag, OUTPUT),
+            Buffer("truncated", (n,), flag, OUTPUT),
+            Buffer("final_obs", (n, *obs.shape), np.dtype(obs.dtype), AUTORESET),
+            Buffer("pending", (n,), flag, AUTORESET),
+            # the counter-based RNG's (seeds, episodes, steps): ``rng.env_uniform``
+            Buffer("seeds", (n,), np.dtype(np.uint64), RNG),
+            Buffer("episodes", (n,), np.dtype(np.uint64), RNG),
+            Buffer("steps", (n,), np.dtype(np.int64), RNG),
+            *(Buffer(f"state.{name}", (n, *shape), np.dtype(dtype), STATE)
+              for name, (dtype, shape) in self.state.items()),
+            *(Buffer(f"params.{name}", (n,), np.dtype(np.float64), PARAMS) for name in per_env),
+        )
+
     def allocate_state(self, num_envs: int) -> dict[str, np.ndarray]:
-        """Zeroed NumPy arrays for every state column, then the shared tables (not copied)."""
-        columns = {
-            name: np.zeros((num_envs, *shape), dtype=dtype)
-            for name, (dtype, shape) in self.state.items()
-        }
+        """Zeroed NumPy arrays for every state column (``buffers``), then the shared tables
+        (not copied)."""
+        columns = {b.column: np.zeros(b.shape, b.dtype)
+                   for b in self.buffers(num_envs) if b.role == STATE}
         if self.tables is not None:
             columns.update(self.tables())
         return columns
+
+    def state_from(self, buffers: dict[str, Any], tables: dict[str, Any]) -> tuple:
+        """The ``state_type`` record over an engine's buffers by name (``buffers``'
+        ``state.<column>`` entries) and its copy of the shared tables."""
+        return self.state_type(*(buffers[f"state.{name}"] for name in self.state),
+                               *(tables[name] for name in self.table_names))
 
 
 def one_value(value: Any) -> Any:
@@ -285,6 +348,9 @@ def check_spec(spec: Any) -> None:
             raise fail("backends", "lists 'torch', but the torch backend does not take lookup "
                                    "tables (spec.tables): leave 'torch' out")
     _check_info_columns(spec, fail)
+    flops = spec.flops_per_step
+    if flops is not None and (isinstance(flops, bool) or not isinstance(flops, int) or flops < 1):
+        raise fail("flops_per_step", f"must be an int >= 1 or None, got {flops!r}")
     for name in ("kernel_params", "specialize", "default_max_steps", "vector_env_class",
                  "describe_refusal", "renderer"):
         value = getattr(spec, name)

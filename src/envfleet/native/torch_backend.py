@@ -34,7 +34,7 @@ from envfleet.native.driver import (
     action_format,
     refused_step_error,
 )
-from envfleet.native.spec import NativeEnvSpec, split_params
+from envfleet.native.spec import RNG, STATE, NativeEnvSpec, split_params
 
 _ALIGN = 64  # byte alignment of each buffer inside the arena
 
@@ -120,31 +120,22 @@ class TorchEngine:
             self._low, self._high = fmt.bounds
 
         n = num_envs
-        obs_space = spec.observation_space
-        obs_dtype = torch_dtype(obs_space.dtype)
-        layout: list[tuple[str, torch.dtype, tuple[int, ...]]] = [
-            *((f"state.{name}", state_dtype(dtype), (n, *shape))
-              for name, (dtype, shape) in spec.state.items()),
-            ("episodes", torch.int64, (n,)),
-            ("steps", torch.int64, (n,)),
-            ("obs", obs_dtype, (n, *obs_space.shape)),
-            ("rewards", torch.float32, (n,)),
-            ("terminated", torch.bool, (n,)),
-            ("truncated", torch.bool, (n,)),
-            ("pending", torch.bool, (n,)),
-        ]
+        # every batch buffer as the spec declares it, carved from one arena; the per-env
+        # params are ``self.params``' tensors (``params_to_device``: they hold values)
+        layout = [(b.name, state_dtype(b.dtype) if b.role in (STATE, RNG)
+                   else torch_dtype(b.dtype), b.shape) for b in spec.buffers(n)]
         views = self._allocate(layout)
         State = spec.state_type
-        self.state = State(*(views[f"state.{name}"] for name in spec.state))
+        self.state = spec.state_from(views, {})
         self.obs = views["obs"]
         self.rewards = views["rewards"]
         self.terminated = views["terminated"]
         self.truncated = views["truncated"]
         self.pending = views["pending"]
-        self.final_obs = torch.zeros_like(self.obs)
+        self.final_obs = views["final_obs"]
         self._obs_rows = self.obs.view(n, -1)  # kernels see obs as rows
         self._final_obs_rows = self.final_obs.view(n, -1)
-        seeds = torch.zeros(n, dtype=torch.int64, device=self.device)
+        seeds = views["seeds"]
         #: (seeds, episodes, steps): int64 tensors, seeds and episodes holding uint64 bits
         self.rng = (seeds, views["episodes"], views["steps"])
         self._done = torch.zeros(n, dtype=torch.bool, device=self.device)
@@ -200,7 +191,8 @@ class TorchEngine:
         self._broken = ""  # why the buffers cannot be trusted until a full reset
         self._closed = False
 
-    def _allocate(self, layout: list) -> dict[str, torch.Tensor]:
+    def _allocate(self, layout: list[tuple[str, torch.dtype, tuple[int, ...]]]
+                  ) -> dict[str, torch.Tensor]:
         """One zeroed byte arena holding every buffer in ``layout``, and a view per buffer."""
         offsets, size = [], 0
         for _, dtype, shape in layout:

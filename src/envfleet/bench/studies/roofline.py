@@ -16,8 +16,9 @@ written, the action read twice (the driver's check, then the step), the autorese
 twice and written, the counter-based RNG's step counter read and written, and the
 ``copy=True`` copy of the outputs (observation, reward, flags, ``info`` columns: read and
 written once more). Chess-v0 overrides the columns a ply does not touch (``CHESS_TOUCHED``).
-Floating-point operations are counted from each family's ``step_one`` expressions
-(``FLOPS``): +, -, *, / and each sin / cos / fmod as one (comparisons, min / max and
+Floating-point operations are counted from each family's ``step_one`` expressions and live on
+its spec (``NativeEnvSpec.flops_per_step``; ``FLOPS`` gathers them): +, -, *, / and each sin /
+cos / fmod as one (comparisons, min / max and
 conversions not counted; a libm sin costs tens of instructions, so the compute bound is
 generous to the env). Chess-v0 is integer bitboard work: no flop count, placed against the
 memory roof only.
@@ -50,20 +51,6 @@ from envfleet.bench.studies.common import (
 
 STREAM_ELEMENTS = 1 << 24  # 128 MiB per array
 MATMUL_SIZE = 1024
-#: floating-point operations per env-step, counted from each family's step_one
-FLOPS = {
-    # temp 5, thetaacc 9, xacc 4, Euler 8, sin + cos 2
-    "CartPole-v1": 28,
-    # RK4: 4 x _dsdt (45: cos, sin, d1 6, d2 4, phi2 4, phi1 12, ddtheta2 13, ddtheta1 4)
-    # + 52 to combine the stages, wrap 4, observation cos / sin 4, terminal test 5
-    "Acrobot-v1": 245,
-    # force 2, cos(3 x) 2, gravity term and sums 3, position 1
-    "MountainCar-v0": 8,
-    # cos(3 x) 3 with its factor, force x power 1, sum 2, position 1, reward 3
-    "MountainCarContinuous-v0": 10,
-    # angle_normalize 3, costs 7, newthdot 12, newth 2, observation cos / sin 2, reward 1
-    "Pendulum-v1": 27,
-}
 #: Chess-v0: the bytes of the state columns one ply touches (the others: none); history: one
 #: Zobrist key appended; moves: the legal-move list rewritten; action_mask: rewritten
 CHESS_TOUCHED = {"history": 8, "moves": 1024, "action_mask": 4672}
@@ -73,9 +60,27 @@ DEFAULT_NUM_ENVS = 1 << 20
 DEFAULT_SECONDS = 0.3
 
 
+def flops_by_family() -> dict[str, int]:
+    """Each native family's flops per env-step, as its spec declares them (``flops_per_step``;
+    a family without a count is left out)."""
+    from envfleet.registry import NATIVE_ENVS
+
+    return {env_id: spec.flops_per_step for env_id, spec in NATIVE_ENVS.items()
+            if spec.flops_per_step is not None}
+
+
+def __getattr__(name: str) -> Any:
+    """``FLOPS``: ``flops_by_family()``, read from the specs when asked (not at import: the
+    registry of native families is imported lazily, as everywhere in this module)."""
+    if name == "FLOPS":
+        return flops_by_family()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
+
 def step_counts(env_id: str) -> dict[str, Any]:
     """Bytes moved and flops per env-step for a native family (see the module docstring)."""
     from envfleet.native.numba_backend import kernel_action_format
+    from envfleet.native.spec import OUTPUT
     from envfleet.registry import NATIVE_ENVS
 
     spec = NATIVE_ENVS[env_id]
@@ -89,15 +94,17 @@ def step_counts(env_id: str) -> dict[str, Any]:
                 state += CHESS_TOUCHED[name]  # written (the mask: read again by the copy)
                 continue
         state += 2 * size  # read and written
-    obs = spec.observation_space.dtype.itemsize * int(np.prod(spec.observation_space.shape))
+    buffers = {b.name: b for b in spec.buffers(1)}  # one env's row of each
     fmt = kernel_action_format(spec)
     action = np.dtype(fmt.dtype).itemsize * int(np.prod(fmt.shape, dtype=np.int64))
-    outputs = obs + 4 + 1 + 1  # observation, float32 reward, terminated, truncated
+    # observation, float32 reward, terminated, truncated
+    outputs = sum(b.nbytes for b in buffers.values() if b.role == OUTPUT)
     info = sum(CHESS_TOUCHED.get(c, 0) for c in spec.info_columns)
-    driver = 2 * action + 3 * 1 + 2 * 8  # action twice, autoreset flag, RNG step counter
+    # action twice, autoreset flag (read twice, written), RNG step counter (read, written)
+    driver = 2 * action + 3 * buffers["pending"].nbytes + 2 * buffers["steps"].nbytes
     copy = 2 * (outputs + info)  # copy=True: the outputs read and written once more
     total = state + outputs + driver + copy
-    flops = FLOPS.get(env_id)
+    flops = spec.flops_per_step
     return {"bytes": total, "bytes_state": state, "bytes_outputs": outputs,
             "bytes_driver": driver, "bytes_copy": copy, "flops": flops,
             "intensity": flops / total if flops else None}
