@@ -545,3 +545,19 @@ def test_pruning_deletes_only_the_caches_own_files(tmp_path, monkeypatch):
     prune_unused(cache)  # the new kernel file is in use: kept
     assert any(re.fullmatch(r"_plus_one-[0-9a-f]{40}\.nbk", name)
                for name in (p.name for p in cache.iterdir()))
+
+
+def test_a_fingerprint_does_not_depend_on_what_the_process_imported():
+    """A kernel helper that reaches ``sys.modules`` (elementwise's batch test) keeps its key
+    when the process imports more (the same kernel compiled again in a process that had built
+    another env first)."""
+    import importlib
+
+    from envfleet.native import elementwise
+    from envfleet.native.kernel_cache import fingerprint
+
+    before = fingerprint(elementwise.is_batch)
+    name = next(m for m in ("xml.dom.minidom", "wsgiref.simple_server", "mailbox", "ftplib")
+                if m not in sys.modules)
+    importlib.import_module(name)
+    assert fingerprint(elementwise.is_batch) == before

@@ -55,9 +55,12 @@ import numpy as np
 from numba.core import bytecode, compiler, serialize, sigutils
 from numba.core.caching import _Cache
 
-#: modules whose functions are not walked (their versions are part of every key)
+#: modules whose functions and attributes are not walked (their versions are part of every
+#: key); ``sys``, ``os`` and ``torch`` hold process state (``sys.modules``: what this process
+#: imported so far), which numba never compiles in but which would change a key from process
+#: to process (a batch-or-number test in ``elementwise`` reaches ``sys.modules``)
 _LIBRARIES = ("numba", "numpy", "llvmlite", "math", "cmath", "builtins", "operator",
-              "typing", "gymnasium")
+              "typing", "gymnasium", "sys", "os", "torch")
 #: the files' format: 2 since symbol names differ between processes (``_distinct_symbols``)
 _FORMAT = 2
 _VERSIONS = (_FORMAT, numba.__version__, llvmlite.__version__, np.__version__, sys.version,
