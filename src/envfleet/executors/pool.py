@@ -79,9 +79,6 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
 
     def _init_async(self) -> None:
         n = self.num_envs
-        self._owner = np.empty(n, dtype=np.int64)  # env -> worker index
-        for w in self._workers:
-            self._owner[w.start:w.stop] = w.index
         self._in_flight = np.zeros(n, dtype=bool)  # sent, not reported yet
         # per worker: envs in flight, and when it last reported (or got work while idle):
         # a worker with envs in flight that stays silent for step_timeout is hung
@@ -96,15 +93,6 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
         self._flying[:] = 0
         self._ready = dict.fromkeys(ready or ())
         self._ready_infos = {}
-
-    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-                   kwargs: dict[str, Any]) -> list[Any]:
-        self._check_idle(f"call {name!r}")
-        return super()._call_envs(rows, name, args, kwargs)
-
-    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
-        self._check_idle(f"set {name!r}")
-        super()._set_attr_envs(rows, name, values)
 
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """One message per owning worker with its envs among ``ids``."""
@@ -154,21 +142,8 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
                     count -= self._async_lost()
                     break  # the new worker may have the old one's fd: poll again
 
-    def _check_hung(self, phase: str) -> int:
-        """Fail the workers that have had envs in flight but said nothing for step_timeout;
-        returns how many in-flight envs came back (as truncated) through restarts."""
-        recovered = 0
-        now = time.monotonic()
-        for index in np.flatnonzero((self._flying > 0)
-                                    & (self._heard + self.step_timeout <= now)).tolist():
-            self._failed(self._workers[index], f"did not answer within step_timeout="
-                                               f"{self.step_timeout:g} s", phase)
-            recovered += self._async_lost()
-        return recovered
-
-    def _share_rows(self, index: int) -> slice:
-        w = self._workers[index]
-        return slice(w.start, w.stop)
+    def _busy_since(self, index: int) -> float | None:
+        return float(self._heard[index]) if self._flying[index] > 0 else None
 
     def _share_lost(self, index: int) -> None:
         self._flying[index] = 0

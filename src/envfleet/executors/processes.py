@@ -18,7 +18,6 @@ again in its place instead, and every env it ran ends its episode as truncated, 
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import multiprocessing
 import os
@@ -37,20 +36,14 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import worker as protocol
-from envfleet.executors.base import (
-    DEFAULT_STEP_TIMEOUT,
-    EnvWorkerError,
-    ExecutorVectorEnv,
-    failure_error,
-)
-from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, EnvWorkerError, failure_error
+from envfleet.executors.fleet import MIN_START_TIMEOUT, Share, ShareFleet, split
+from envfleet.executors.group import Infos
 from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, entries
 from envfleet.executors.serial import check_spaces
-from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
+from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 from envfleet.machine import usable_core_ids
 
-#: start-up (building the envs) may take longer than a step: at least this many seconds
-MIN_START_TIMEOUT = 60.0
 #: how long a worker asked to close may take before it is killed
 CLOSE_GRACE = 1.0
 #: the stand-in result of a worker lost (and started again) during a batch
@@ -64,17 +57,6 @@ INFO_NAME_BYTES = 64
 def default_start_method() -> str:
     methods = multiprocessing.get_all_start_methods()
     return "forkserver" if "forkserver" in methods else "spawn"
-
-
-def split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
-    """Contiguous shares ``[start, stop)``, sizes differing by one at most."""
-    base, extra = divmod(num_envs, num_workers)
-    shares, start = [], 0
-    for w in range(num_workers):
-        stop = start + base + (w < extra)
-        shares.append((start, stop))
-        start = stop
-    return shares
 
 
 #: what a worker's start-up failure means when it re-imported an unguarded main script
@@ -106,17 +88,14 @@ def _pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int)
 
 
 @dataclass
-class Worker:
-    index: int
-    start: int
-    stop: int
-    process: Any
-    conn: Any
+class Worker(Share):
+    """A share run by a worker process, and the parent's end of its pipe."""
+
+    process: Any = None
+    conn: Any = None
 
     def describe(self) -> str:
-        envs = f"env {self.start}" if self.stop - self.start == 1 else \
-            f"envs {self.start}..{self.stop - 1}"
-        return f"worker {self.index} ({envs}, pid {self.process.pid})"
+        return f"worker {self.index} ({self.envs()}, pid {self.process.pid})"
 
 
 def _exit_text(code: int | None) -> str:
@@ -191,8 +170,9 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
         closers.clear()
 
 
-class ProcessVectorEnv(ExecutorVectorEnv):
-    """Envs split over worker processes; subclasses choose the shares and the transport."""
+class ProcessVectorEnv(ShareFleet):
+    """Envs split over worker processes: the transport of ``ShareFleet`` (spawn, send,
+    gather, kill, close); subclasses choose shared memory or pipes."""
 
     backend = "processes"
     shared_memory = True
@@ -223,9 +203,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         if isinstance(spin_us, bool) or not isinstance(spin_us, int | float) or spin_us < 0:
             raise ValueError(f"spin_us must be a number of microseconds >= 0, got {spin_us!r}")
         self.spin_us = float(spin_us)
-        self._lost: dict[int, str] = {}  # this batch's lost workers: index -> what happened
-        self._restart_infos: Infos = []  # the reset infos of their new envs (SAME_STEP)
         self._workers: list[Worker] = []
+        self._init_shares(self._workers)
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
         self._closers: list[Any] = []  # other connections to close at the end
@@ -257,7 +236,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
-        self._starts = [w.start for w in self._workers]
+        self._init_shares(self._workers)
         self._poller = select.poll()
         self._by_fd = {}
         for w in self._workers:
@@ -317,7 +296,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                   self._done_w, self.spin_us))
         process.start()
         child_conn.close()
-        return Worker(index, start, stop, process, parent_conn)
+        return Worker(index, start, stop, process=process, conn=parent_conn)
 
     def _watch(self, w: Worker) -> None:
         self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
@@ -406,23 +385,22 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
             return False
 
-    def _failed(self, w: Worker, what: str, phase: str) -> None:
-        """Worker ``w`` died or hung in ``phase``: start it again (``restart_failed``, during a
-        step or reset), or shut everything down and raise (``_fatal``)."""
-        if not (self.restart_failed and phase in ("step", "reset")):
-            self._fatal(w, what, phase)
-        self._restart(w, what, phase)
+    def _stop(self, w: Worker) -> None:
+        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
+            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
 
-    def _restart(self, w: Worker, what: str, phase: str) -> None:
-        """Replace lost worker ``w`` by a new process over new envs (same rows, same slot).
+    def _fatal(self, w: Worker, what: str, phase: str) -> None:
+        if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
+            self._shutdown()
+            raise RuntimeError(UNGUARDED_MAIN) from None
+        super()._fatal(w, what, phase)
 
-        Its envs' episodes end: during a step, NEXT_STEP envs are reset on their next step and
-        SAME_STEP envs at once (their last observations become ``final_obs``); during a reset
-        the caller resets them again. A shared-memory batch stops waiting for ``w``.
-        """
-        env = self._env_of(w, phase)
-        self._lost[w.index] = f"{w.describe()} {what}" + (
-            f" while running env {env}'s {phase}()" if env is not None else "")
+    def _restarted_where(self, w: Worker) -> str:
+        return f" as pid {w.process.pid}"
+
+    def _replace(self, w: Worker, fresh: bool, what: str, phase: str) -> Infos:
+        """Forget lost worker ``w`` (counted out of a shared-memory batch, reaped, its info
+        segments unlinked) and start a new process over new envs in its place."""
         if self.shared_memory:  # count w out of this batch unless it already counted itself
             with self._counter_lock():
                 if not self._finished[w.index]:
@@ -430,24 +408,12 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         fd = w.conn.fileno()
         self._poller.unregister(fd)
         del self._by_fd[fd]
-        if w.process.is_alive():
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(2.0)
         self._drop_infos(w.index, lost=True)
         with contextlib.suppress(OSError):
             w.conn.close()
         with contextlib.suppress(ValueError):
             w.process.close()
-        fresh, rows, final_obs = None, slice(w.start, w.stop), {}
-        if phase == "step" and self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            fresh = "pending"
-        elif phase == "step" and self.autoreset_mode is AutoresetMode.SAME_STEP:
-            fresh = "reset"
-            copy_row(self._obs, self._final_obs, rows)
-            # (kept apart: a pipe-transport worker's reset reply carries its own final_obs)
-            final_obs = {k: a[rows].copy() for k, a in self.arrays.items()
-                         if k.split(".")[0] == "final_obs"}
         new = self._spawn(w.index, w.start, w.stop, self._payloads[w.index])
         w.process, w.conn = new.process, new.conn
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
@@ -461,12 +427,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
                    if reply[:1] == protocol.ERROR else "its new process did not start")
             self._fatal(w, f"{what}, and could not be restarted ({why})", phase)
-        self._restart_infos += entries(self._infos([w], [reply])[0])
-        for k, rows_value in final_obs.items():
-            self.arrays[k][rows] = rows_value
+        infos = entries(self._infos([w], [reply])[0])
         if self._current is not None:
             self._current[w.index] = -1
         self._watch(w)
+        return infos
 
     def _await(self, w: Worker, timeout: float) -> bytes:
         """``w``'s next message, or b"" if it dies or stays silent for ``timeout`` s."""
@@ -478,24 +443,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return b""
 
     def _env_of(self, w: Worker, phase: str) -> int | None:
-        """The env worker ``w`` was running (None when unknown)."""
+        """The env worker ``w`` was running (shared memory: its slot of ``current``)."""
         if self._current is not None and phase != "make":
             env = int(self._current[w.index])
             return env if w.start <= env < w.stop else None
-        return w.start if w.stop - w.start == 1 else None
-
-    def _fatal(self, w: Worker, what: str, phase: str) -> None:
-        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
-            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
-        if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
-            self._shutdown()
-            raise RuntimeError(UNGUARDED_MAIN) from None
-        env = self._env_of(w, phase)
-        on = f" while running env {env}'s {phase}()" if env is not None else f" during {phase}"
-        message = f"{w.describe()} {what}{on}"
-        self._broken = message
-        self._shutdown()
-        raise EnvWorkerError(message, env_index=env)
+        return super()._env_of(w, phase)
 
     def _infos(self, workers: list[Worker],
                replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
@@ -555,42 +507,20 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             _unlink_info_segments(self._info_names[index:index + 1])
             self._info_state[index] = 0
 
-    # --- executor hooks ------------------------------------------------------------------------
+    # --- ShareFleet's transport hooks -------------------------------------------------------
 
-    def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> InfoParts:
-        infos, lost = self._reset_workers(mask, seeds, options)
-        if lost:  # restarted workers: reset their new envs (once)
-            only = np.zeros(self.num_envs, dtype=bool)
-            for index in lost:
-                w = self._workers[index]
-                only[w.start:w.stop] = True if mask is None else mask[w.start:w.stop]
-            again, still = self._reset_workers(only, seeds, options)
-            if still:
-                w = self._workers[next(iter(still))]
-                self._fatal(w, f"was lost again while its envs were reset after a restart "
-                               f"({still[w.index]})", "reset")
-            kept = [(i, info) for i, info in entries(infos) if not only[i]]
-            infos = InfoParts([(None, kept + entries(again) + self._failure_infos(lost))])
-        return infos
-
-    def _reset_workers(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                       options: dict[str, Any] | None) -> tuple[InfoParts, dict[int, str]]:
-        """Reset the masked envs; (infos, the workers lost and restarted meanwhile)."""
-        self._begin_batch()
-        sent = [w for w in self._workers
-                if mask is None or mask[w.start:w.stop].any()]
+    def _reset_shares(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                      options: dict[str, Any] | None) -> InfoParts:
+        sent = [w for w in self._workers if mask is None or mask[w.start:w.stop].any()]
         if self.shared_memory:
             self._sync[1] = len(sent)
         for w in sent:
             m = None if mask is None else mask[w.start:w.stop]
             s = None if seeds is None else seeds[w.start:w.stop]
             self._send(w, protocol.RESET + pickle.dumps((m, s, options)), "reset")
-        infos = self._exchange(sent, "reset")[0]
-        return infos, dict(self._lost)
+        return self._exchange(sent, "reset")[0]
 
-    def _step_envs(self) -> tuple[InfoParts, InfoParts]:
-        self._begin_batch()
+    def _step_shares(self) -> tuple[InfoParts, InfoParts]:
         if self.shared_memory:
             self._sync[1] = len(self._workers)
         for w in self._workers:
@@ -600,65 +530,32 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._send(w, protocol.STEP + pickle.dumps(
                 {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
                 protocol=pickle.HIGHEST_PROTOCOL), "step")
-        infos, finals = self._exchange(self._workers, "step")
-        if self._lost:  # their envs' episodes end here, truncated
-            a = self.arrays
-            for index in self._lost:
-                w = self._workers[index]
-                a["rewards"][w.start:w.stop] = 0.0
-                a["terminated"][w.start:w.stop] = False
-                a["truncated"][w.start:w.stop] = True
-            failures = self._failure_infos(self._lost)
-            infos.append((None, self._restart_infos + failures))
-            if self.autoreset_mode is AutoresetMode.SAME_STEP:
-                finals.append((None, failures))
-        return infos, finals
+        return self._exchange(self._workers, "step")
 
-    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-                   kwargs: dict[str, Any]) -> list[Any]:
-        owners = self._owners(rows)
+    def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
+                     kwargs: dict[str, Any]) -> dict[int, list[Any]]:
         workers = [self._workers[index] for index in owners]
         for w in workers:
             self._send(w, protocol.CALL + cloudpickle.dumps((owners[w.index], name, args,
                                                               kwargs)), "call")
         replies = self._gather(workers, "call", self.step_timeout)
-        results = {w.index: iter(pickle.loads(reply[1:]))
-                   for w, reply in zip(workers, replies, strict=True)}
-        return [next(results[self._owner_of(i).index]) for i in rows]
+        return {w.index: pickle.loads(reply[1:])
+                for w, reply in zip(workers, replies, strict=True)}
 
-    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
-        owners = self._owners(rows)
+    def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
+                         values: dict[int, list[Any]]) -> None:
         workers = [self._workers[index] for index in owners]
         for w in workers:
-            mine = [v for i, v in zip(rows, values, strict=True) if self._owner_of(i) is w]
-            self._send(w, protocol.SET_ATTR + cloudpickle.dumps((owners[w.index], name, mine)),
-                       "set_attr")
+            self._send(w, protocol.SET_ATTR + cloudpickle.dumps(
+                (owners[w.index], name, values[w.index])), "set_attr")
         self._gather(workers, "set_attr", self.step_timeout)
 
-    def _owner_of(self, i: int) -> Worker:
-        """The worker that runs env ``i``."""
-        return self._workers[bisect.bisect_right(self._starts, i) - 1]
-
-    def _owners(self, rows: list[int]) -> dict[int, list[int]]:
-        """Worker index -> its local rows among envs ``rows`` (in ``rows``' order)."""
-        owners: dict[int, list[int]] = {}
-        for i in rows:
-            w = self._owner_of(i)
-            owners.setdefault(w.index, []).append(i - w.start)
-        return dict(sorted(owners.items()))
-
     def _begin_batch(self) -> None:
-        self._lost = {}
-        self._restart_infos = []
+        super()._begin_batch()
         if self.shared_memory:
             self._sync[0] = 0
             self._sync[2] += 1
             self._finished[:] = 0
-
-    def _failure_infos(self, lost: dict[int, str]) -> Infos:
-        """``info["env_failure"]`` for every env of the ``lost`` workers."""
-        return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
-                for i in range(self._workers[index].start, self._workers[index].stop)]
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending

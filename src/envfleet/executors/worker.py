@@ -8,9 +8,10 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
 - start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
   render_mode, [(observation_space, action_space) of each env]))``; parent -> ``b"L" +
   pickle((layout, segment name or None, mode, row0, restart_failed, fresh))``; worker ->
-  ``b"k"`` (or, when ``fresh == "reset"``, the result of resetting its envs). ``fresh`` is
-  None at start-up; a worker started in place of a lost one gets ``"pending"`` (NEXT_STEP:
-  reset each env on its next step) or ``"reset"`` (SAME_STEP).
+  ``b"k"`` (or, when its envs were reset, the result). ``fresh`` is False at start-up; a worker
+  started in place of a lost one during a step gets True: its envs start under the autoreset
+  rule (``EnvGroup.start_fresh``: NEXT_STEP resets each env on its next step, SAME_STEP at
+  once).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
   ``b"c"`` close; ``b"m" + cloudpickle((rows, name, args, kwargs))`` call (or get) an
@@ -50,7 +51,7 @@ from typing import Any
 import cloudpickle
 import numpy as np
 
-from envfleet.executors.group import EnvFailure, EnvGroup
+from envfleet.executors.group import RESET_NOW, EnvFailure, EnvGroup
 from envfleet.executors.infos import batch, copy_tree, shared_infos, shared_tree, signature
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
@@ -334,19 +335,19 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         share = slice(row0, row0 + len(envs))  # this worker's rows of the buffers
         outputs = _piped_outputs(arrays, layout.objects if shared is not None else list(arrays),
                                  share)
-        # a worker started again in place of a lost one: its envs are new (see processes.py)
-        if fresh == "pending":
-            group.pending[:] = True
+        # a worker started again in place of a lost one: its envs are new (see fleet.py)
         count = len(envs)
-        if fresh == "reset":
+        if fresh and group.rule == RESET_NOW:
             try:
-                given = group.reset(None, None, None)
+                given = group.start_fresh()
                 conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs,
                                             given, first))
             except EnvFailure as failure:
                 conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
                 return
         else:
+            if fresh:
+                group.start_fresh()
             conn.send_bytes(OK)
         counter = arrays["sync"] if shared is not None else None
         finished = arrays["finished"] if shared is not None else None
