@@ -203,10 +203,13 @@ class ShareFleet(ExecutorVectorEnv):
         return share.start if share.stop - share.start == 1 else None
 
     def _blame(self, share: Share, what: str, phase: str) -> tuple[str, int | None]:
-        """(The message naming the owner, what happened and the env it was on; that env)."""
+        """(The message naming the owner, what happened and the env it was running; the env
+        blamed: that one, else the share's only env)."""
         env = self._env_of(share, phase)
         on = f" while running env {env}'s {phase}()" if env is not None else \
             f" during {phase}()"
+        if env is None and share.stop - share.start == 1:
+            env = share.start
         return f"{share.describe()} {what}{on}", env
 
     def _fatal(self, share: Share, what: str, phase: str) -> NoReturn:
@@ -222,9 +225,7 @@ class ShareFleet(ExecutorVectorEnv):
         step its envs' episodes end under the autoreset rule (SAME_STEP: their last
         observations become ``final_obs`` and the new envs are reset now); during a reset the
         caller resets them again."""
-        message, env = self._blame(share, what, phase)
-        if env is None:
-            message = f"{share.describe()} {what}"
+        message = self._blame(share, what, phase)[0].removesuffix(f" during {phase}()")
         self._lost[share.index] = message
         self._stop(share)
         fresh = phase == "step"

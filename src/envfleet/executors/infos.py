@@ -162,6 +162,24 @@ def _leaf_value(leaf: tuple, j: int) -> Any:
     return next(v for r, v in reversed(raw) if r == j)
 
 
+def tree_of(info: dict[str, Any], n: int) -> dict[Any, tuple]:
+    """A share's info already batched by a vector env (Gymnasium's dict of arrays with
+    ``_key`` masks, ``n`` envs) as a tree, so that ``merge`` puts it at the share's rows as it
+    merges a worker's (a ``ray`` actor's local pool or native engine)."""
+    tree: dict[Any, tuple] = {}
+    for key, value in info.items():
+        if isinstance(key, str) and key[:1] == "_" and key[1:] in info:
+            continue  # (a mask)
+        mask = np.asarray(info.get(f"_{key}", np.ones(n, dtype=np.bool_)), dtype=np.bool_)
+        if isinstance(value, dict):
+            tree[key] = (tree_of(value, n), mask)
+            continue
+        values = np.asarray(value)
+        kind = "o" if values.dtype == OBJECT else "s" if values.ndim == 1 else "a"
+        tree[key] = (values, mask, kind, None)
+    return tree
+
+
 def entries(parts: list[Part]) -> list[tuple[int, dict[Any, Any]]]:
     """Every env's own info in ``parts``, in order: [(env index, info)]."""
     out: list[tuple[int, dict[Any, Any]]] = []

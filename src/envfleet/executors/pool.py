@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors import processes
 from envfleet.executors import worker as protocol
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.processes import ProcessVectorEnv
+from envfleet.executors.shared_batch import SharedBatch
 from envfleet.machine import usable_cores
 
 #: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
@@ -44,11 +44,10 @@ from envfleet.machine import usable_cores
 DEFAULT_SPIN_US = 200.0
 
 
-class PoolVectorEnv(FirstReady, ProcessVectorEnv):
+class PoolVectorEnv(FirstReady, SharedBatch, ProcessVectorEnv):
     """``num_envs`` Gymnasium envs over ``num_workers`` processes and shared memory."""
 
     backend = "pool"
-    shared_memory = True
 
     def __init__(self, factories: list[Callable[[], Any]], num_workers: int | None = None, *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -136,9 +135,7 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
                         if not w.conn.poll():
                             break
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly "
-                                    f"({processes._exit_text(w.process.exitcode)})", phase)
+                    self._died(w, phase)
                     count -= self._async_lost()
                     break  # the new worker may have the old one's fd: poll again
 

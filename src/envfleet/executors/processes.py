@@ -26,9 +26,8 @@ import select
 import signal
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any
 
 import cloudpickle
@@ -36,22 +35,19 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import worker as protocol
-from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, EnvWorkerError, failure_error
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.fleet import MIN_START_TIMEOUT, Share, ShareFleet, split
 from envfleet.executors.group import Infos
-from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, entries
+from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
+from envfleet.executors.shared_batch import LOST, unlink_info_segments
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 from envfleet.machine import usable_core_ids
 
 #: how long a worker asked to close may take before it is killed
 CLOSE_GRACE = 1.0
-#: the stand-in result of a worker lost (and started again) during a batch
-LOST = b"X"
 #: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
 STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
-#: room for the name of a worker's info segment (``worker.InfoPublisher``)
-INFO_NAME_BYTES = 64
 
 
 def default_start_method() -> str:
@@ -98,7 +94,7 @@ class Worker(Share):
         return f"worker {self.index} ({self.envs()}, pid {self.process.pid})"
 
 
-def _exit_text(code: int | None) -> str:
+def exit_text(code: int | None) -> str:
     if code is not None and code < 0:
         try:
             return f"killed by {signal.Signals(-code).name}"
@@ -114,19 +110,6 @@ def _stopped(pid: int | None) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
     except (OSError, IndexError):
         return False
-
-
-def _unlink_info_segments(names: np.ndarray) -> None:
-    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
-    (a worker's last one, which the parent may never have attached), and forget them."""
-    for row in names:
-        name = bytes(row).rstrip(b"\0").decode()
-        if name:
-            with contextlib.suppress(OSError, ValueError):
-                segment = shared_memory.SharedMemory(name=name)
-                segment.close()
-                segment.unlink()
-        row[:] = 0
 
 
 def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
@@ -156,7 +139,7 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
         with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
             w.process.close()
     if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
-        _unlink_info_segments(buffers[0].arrays["infonames"])
+        unlink_info_segments(buffers[0].arrays["infonames"])
     for b in buffers:
         b.close()
         b.unlink()
@@ -172,10 +155,9 @@ def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
 
 class ProcessVectorEnv(ShareFleet):
     """Envs split over worker processes: the transport of ``ShareFleet`` (spawn, send,
-    gather, kill, close); subclasses choose shared memory or pipes."""
+    gather, kill, close), every buffer piped; the pool mixes in ``SharedBatch``."""
 
     backend = "processes"
-    shared_memory = True
 
     def __init__(self, factories: list[Callable[[], Any]], num_workers: int, *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -224,12 +206,8 @@ class ProcessVectorEnv(ShareFleet):
             # workers fork from a server that has imported what they need
             ctx.set_forkserver_preload(["envfleet.executors.worker"])
         self._cores = usable_core_ids() if self.pin_workers else []
-        self._lock = self._done_w = None
-        if self.shared_memory:  # the last worker to finish a batch wakes the parent
-            self._lock = ctx.Lock()  # a named semaphore: unlinked when the last reference goes
-            self._closers.append(self._lock)
-            self._done, self._done_w = ctx.Pipe(duplex=False)
-            self._closers += [self._done, self._done_w]  # (the write end: for restarts)
+        self._lock = self._done_w = self._current = None  # (_current: read by _env_of)
+        self._open_sync(ctx)
         self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
             payload = _pickle_factories(factories, start, stop)
@@ -241,50 +219,54 @@ class ProcessVectorEnv(ShareFleet):
         self._by_fd = {}
         for w in self._workers:
             self._watch(w)
-
-        self._current = None  # set once the shared buffers exist; read by _fatal before that
-        self._info_state = None  # (the same: shared memory only)
-        # per worker: (its info segment's number, the segment, its tree of arrays)
-        self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
-        self._info_plan: tuple[tuple[int, ...], ConcatPlan | None] | None = None
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
         obs_space, act_space, metadata, render_mode, _ = hellos[0]
         check_spaces([pair for hello in hellos for pair in hello[4]])  # (as serial's check)
-        layout = self._setup(obs_space, act_space, metadata, render_mode)
-        if self.shared_memory:
-            fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}
-            fields["current"] = ((self.num_workers,), np.int64)
-            # [workers finished, workers expected, batch number]
-            fields["sync"] = ((3,), np.int64)
-            fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
-            # per worker: which of its info segments holds this step's infos (0: none), and
-            # that segment's name (worker.InfoPublisher)
-            fields["infostate"] = ((self.num_workers,), np.int64)
-            fields["infonames"] = ((self.num_workers, INFO_NAME_BYTES), np.uint8)
-            self._layout = BufferLayout.of(fields)
-            shared = SharedBuffers.create(self._layout)
-            self._buffers.append(shared)
-            self._bind(shared.arrays)
-            self._current = shared.arrays["current"]
-            self._sync = shared.arrays["sync"]
-            self._finished = shared.arrays["finished"]
-            # (read every batch: a memoryview's items are cheaper to read than NumPy's)
-            self._info_state = memoryview(shared.arrays["infostate"]).cast("B").cast("q")
-            self._info_names = shared.arrays["infonames"]
-        else:
-            self._bind(layout.local())
-            self._current = None
+        self._make_buffers(self._setup(obs_space, act_space, metadata, render_mode))
         for w in self._workers:
-            w.conn.send_bytes(self._layout_message(w, None))
+            w.conn.send_bytes(self._layout_message(w, False))
         self._gather(self._workers, "make", timeout)
-        if self.shared_memory:
-            self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
-        # the actions that go to the workers through their pipes, not the shared buffers: all
-        # of them with the pipe transport, the object leaves (Text, Graph...) with shared memory
-        self._piped_actions = [k for k in (self._layout.objects if self.shared_memory else
-                                           self.arrays) if k.split(".")[0] == "act"]
+        self._started()
+        # the actions that go to the workers through their pipes
+        self._piped_actions = [k for k in self._piped_names() if k.split(".")[0] == "act"]
+
+    # --- the transport's own hooks: everything piped (``SharedBatch``: shared memory) -----
+
+    def _open_sync(self, ctx: Any) -> None:
+        """Before the workers start: what they share with the parent besides their pipes."""
+
+    def _make_buffers(self, layout: BufferLayout) -> None:
+        """The parent's batch buffers (here its own: the workers' rows come by pipe)."""
+        self._bind(layout.local())
+
+    def _started(self) -> None:
+        """Every worker has its buffers."""
+
+    def _buffers_of(self, w: Worker) -> tuple[BufferLayout, str | None, int]:
+        """(Layout, shared segment or None, first row) of worker ``w``'s buffers."""
+        rows = w.stop - w.start
+        return BufferLayout.of({name: ((rows, *a.shape[1:]), a.dtype.str)
+                                for name, a in self.arrays.items()}), None, 0
+
+    def _piped_names(self) -> list[str]:
+        """The buffers whose rows travel through the workers' pipes."""
+        return list(self.arrays)
+
+    def _expect(self, count: int) -> None:
+        """``count`` workers take part in this batch."""
+
+    def _forget(self, w: Worker) -> None:
+        """Lost ``w`` is out of the batch under way."""
+
+    def _wait(self, workers: list[Worker], phase: str) -> list[bytes]:
+        """The workers' results of this batch."""
+        return self._gather(workers, phase, self.step_timeout)
+
+    def _segment_part(self, w: Worker, reply: bytes) -> tuple[slice, dict] | None:
+        """Worker ``w``'s step infos held outside its reply, as a part (None: none)."""
+        return None
 
     def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
         """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
@@ -302,23 +284,11 @@ class ProcessVectorEnv(ShareFleet):
         self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
         self._by_fd[w.conn.fileno()] = w
 
-    def _layout_message(self, w: Worker, fresh: str | None) -> bytes:
+    def _layout_message(self, w: Worker, fresh: bool) -> bytes:
         """The start-up message that hands worker ``w`` its buffers (``fresh``: see worker)."""
-        if self.shared_memory:
-            layout, segment, row0 = self._layout, self._buffers[0].name, w.start
-        else:
-            layout, segment, row0 = self._setup_local_layout(w), None, 0
+        layout, segment, row0 = self._buffers_of(w)
         return protocol.LAYOUT + pickle.dumps(
             (layout, segment, self.autoreset_mode, row0, self.restart_failed, fresh))
-
-    def _setup_local_layout(self, w: Worker) -> BufferLayout:
-        rows = w.stop - w.start
-        return BufferLayout.of({name: ((rows, *shape[1:]), dtype)
-                                for name, shape, dtype, _ in
-                                self._layout_fields()})
-
-    def _layout_fields(self) -> list[tuple[str, tuple[int, ...], str, int]]:
-        return [(name, a.shape, a.dtype.str, 0) for name, a in self.arrays.items()]
 
     # --- talking to the workers -------------------------------------------------------------
 
@@ -348,9 +318,7 @@ class ProcessVectorEnv(ShareFleet):
                 try:
                     replies[w.index] = w.conn.recv_bytes()
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
-                                 phase)
+                    self._died(w, phase)
                     replies[w.index] = LOST
                     waiting.discard(w.index)
                     break  # the new worker may have the old one's fd: poll again
@@ -381,9 +349,13 @@ class ProcessVectorEnv(ShareFleet):
                 w.conn.send_bytes(message)
             return True
         except OSError:  # the worker is gone (its end of the pipe closed)
-            w.process.join(0.5)
-            self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+            self._died(w, phase)
             return False
+
+    def _died(self, w: Worker, phase: str) -> None:
+        """Worker ``w``'s pipe closed: it died (reaped, its exit named)."""
+        w.process.join(0.5)
+        self._failed(w, f"died unexpectedly ({exit_text(w.process.exitcode)})", phase)
 
     def _stop(self, w: Worker) -> None:
         with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
@@ -401,15 +373,11 @@ class ProcessVectorEnv(ShareFleet):
     def _replace(self, w: Worker, fresh: bool, what: str, phase: str) -> Infos:
         """Forget lost worker ``w`` (counted out of a shared-memory batch, reaped, its info
         segments unlinked) and start a new process over new envs in its place."""
-        if self.shared_memory:  # count w out of this batch unless it already counted itself
-            with self._counter_lock():
-                if not self._finished[w.index]:
-                    self._sync[1] -= 1
+        self._forget(w)
         fd = w.conn.fileno()
         self._poller.unregister(fd)
         del self._by_fd[fd]
         w.process.join(2.0)
-        self._drop_infos(w.index, lost=True)
         with contextlib.suppress(OSError):
             w.conn.close()
         with contextlib.suppress(ValueError):
@@ -453,10 +421,10 @@ class ProcessVectorEnv(ShareFleet):
                replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
         """The workers' batched infos and final infos (their piped outputs stored)."""
         infos, finals = InfoParts(), InfoParts()
-        state = self._info_state
         for w, reply in zip(workers, replies, strict=True):
-            if state is not None and state[w.index] and reply[:1] != LOST:
-                infos.append((slice(w.start, w.stop), self._shared_infos(w)))
+            part = self._segment_part(w, reply)
+            if part is not None:
+                infos.append(part)
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
                 for parts, part in ((infos, step_infos), (finals, final_infos)):
@@ -466,54 +434,14 @@ class ProcessVectorEnv(ShareFleet):
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
-        if len(infos) == len(self._workers) and all(
-                state is not None and state[w.index] and reply[:1] == protocol.OK
-                for w, reply in zip(workers, replies, strict=True)):
-            infos.plan = self._plan(infos)  # (every worker's infos in its segment, only)
         return infos, finals
-
-    def _plan(self, infos: InfoParts) -> ConcatPlan | None:
-        """The merge plan of the workers' info segments (made again when one changes)."""
-        key = tuple(self._info_state[w.index] for w in self._workers)
-        if self._info_plan is None or self._info_plan[0] != key:
-            self._info_plan = (key, ConcatPlan.of([tree for _, tree in infos]))
-        return self._info_plan[1]
-
-    def _shared_infos(self, w: Worker) -> dict:
-        """The tree of worker ``w``'s step infos in its info segment (attached on first sight
-        of a new segment: the worker writes its name before its number)."""
-        number = self._info_state[w.index]
-        known = self._info_trees.get(w.index)
-        if known is None or known[0] != number:
-            self._drop_infos(w.index)
-            name = bytes(self._info_names[w.index]).rstrip(b"\0").decode()
-            shared, tree = attach_infos(name, w.stop - w.start)
-            self._buffers.append(shared)
-            known = self._info_trees[w.index] = (number, shared, tree)
-        return known[2]
-
-    def _drop_infos(self, index: int, lost: bool = False) -> None:
-        """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
-        ``lost``, also the one it may have made last without the parent seeing it used."""
-        self._info_plan = None  # (it holds the segments' arrays; a new worker counts from 1)
-        known = self._info_trees.pop(index, None)
-        if known is not None:
-            shared = known[1]
-            del known
-            shared.close()
-            shared.unlink()
-            self._buffers.remove(shared)
-        if lost and self._info_state is not None:
-            _unlink_info_segments(self._info_names[index:index + 1])
-            self._info_state[index] = 0
 
     # --- ShareFleet's transport hooks -------------------------------------------------------
 
     def _reset_shares(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                       options: dict[str, Any] | None) -> InfoParts:
         sent = [w for w in self._workers if mask is None or mask[w.start:w.stop].any()]
-        if self.shared_memory:
-            self._sync[1] = len(sent)
+        self._expect(len(sent))
         for w in sent:
             m = None if mask is None else mask[w.start:w.stop]
             s = None if seeds is None else seeds[w.start:w.stop]
@@ -521,8 +449,7 @@ class ProcessVectorEnv(ShareFleet):
         return self._exchange(sent, "reset")[0]
 
     def _step_shares(self) -> tuple[InfoParts, InfoParts]:
-        if self.shared_memory:
-            self._sync[1] = len(self._workers)
+        self._expect(len(self._workers))
         for w in self._workers:
             if not self._piped_actions:  # (the actions are in the shared buffers)
                 self._send(w, STEP_FRAME, "step", framed=True)
@@ -550,69 +477,11 @@ class ProcessVectorEnv(ShareFleet):
                 (owners[w.index], name, values[w.index])), "set_attr")
         self._gather(workers, "set_attr", self.step_timeout)
 
-    def _begin_batch(self) -> None:
-        super()._begin_batch()
-        if self.shared_memory:
-            self._sync[0] = 0
-            self._sync[2] += 1
-            self._finished[:] = 0
-
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending
         if not workers:  # e.g. a reset_mask without any True
             return InfoParts(), InfoParts()
-        if not self.shared_memory:
-            return self._infos(workers, self._gather(workers, phase, self.step_timeout))
-        return self._infos(workers, self._wait_done(workers, phase))
-
-    def _wait_done(self, workers: list[Worker], phase: str) -> list[bytes]:
-        """Shared memory: sleep until the last worker's ``done`` message for this batch (or a
-        fault); the results of workers with something to say, ``b"k"`` for the others
-        (``LOST`` for lost ones). A worker that does not finish within ``step_timeout`` is the
-        one that failed, whether it was running an env or never started (stopped, stuck)."""
-        replies = {w.index: protocol.OK for w in workers}
-        said: set[int] = set()
-        done_fd = self._done.fileno()
-        batch = int(self._sync[2])
-        deadline = time.monotonic() + self.step_timeout
-        while True:
-            # lost workers were counted out: the others may all have finished already, and the
-            # last of them saw nothing left to wake the parent for
-            if self._lost and self._batch_complete():
-                break
-            remaining = deadline - time.monotonic()
-            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
-            if not events:
-                for w in self._unfinished(workers):
-                    self._failed(w, f"did not answer within step_timeout="
-                                    f"{self.step_timeout:g} s", phase)
-                deadline = time.monotonic() + self.step_timeout
-                continue
-            finished = False
-            for fd, _ in events:
-                if fd == done_fd:
-                    # (a late wake-up of an earlier batch carries that batch's number)
-                    finished |= int.from_bytes(self._done.recv_bytes(), "little") == batch
-                elif not self._read_result(self._by_fd[fd], phase, replies, said):
-                    break  # a worker was restarted (its fd may be reused): poll again
-            if finished:
-                break
-        # results were written before their workers counted themselves finished (and said so)
-        flags = self._finished
-        for w in workers:
-            if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
-                self._read_result(w, phase, replies, said)
-        for index in self._lost:
-            replies[index] = LOST
-        ordered = [replies[w.index] for w in workers]
-        self._raise_errors(ordered)
-        return ordered
-
-    def _unfinished(self, workers: list[Worker]) -> list[Worker]:
-        """The ``workers`` (not lost) that have not counted themselves finished this batch."""
-        with self._counter_lock():
-            return [w for w in workers
-                    if w.index not in self._lost and not self._finished[w.index]]
+        return self._infos(workers, self._wait(workers, phase))
 
     def _resync(self) -> None:
         """After an interrupted call: every worker answers a fresh token once it has finished
@@ -632,51 +501,9 @@ class ProcessVectorEnv(ShareFleet):
                     elif w.conn.recv_bytes() == protocol.SYNCED + token:
                         break
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
-                                 "reset")
-
-    def _batch_complete(self) -> bool:
-        """Every worker still expected has finished (after lost ones were counted out)."""
-        with self._counter_lock():
-            return bool(self._sync[0] >= self._sync[1])
-
-    @contextlib.contextmanager
-    def _counter_lock(self) -> Iterator[None]:
-        """The lock of the shared batch counter, never waited on forever: a worker killed
-        while holding it would hold it for good, and the pool cannot go on."""
-        if not self._lock.acquire(timeout=self.step_timeout):
-            self._broken = (f"the batch counter's lock was not released within step_timeout="
-                            f"{self.step_timeout:g} s (a worker died holding it)")
-            self._shutdown()
-            raise EnvWorkerError(self._broken)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-    def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
-                     said: set[int]) -> bool:
-        """Read ``w``'s one result of this batch; anything else on its pipe is its death
-        (False: ``w`` was restarted)."""
-        if w.index in self._lost:
-            return True
-        if w.index in replies and w.index not in said:
-            try:
-                replies[w.index] = w.conn.recv_bytes()
-                said.add(w.index)
-                return True
-            except (EOFError, OSError):
-                pass
-        w.process.join(0.5)
-        self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
-        return False
+                    self._died(w, "reset")
 
     def _shutdown(self) -> None:
         """Stop every worker and release every shared resource (idempotent)."""
         self._lock = None  # the named semaphore is unlinked with its last reference
-        self._info_plan = None  # (it holds views of the info segments)
         self._finalizer()
-
-    def _close_executor(self) -> None:
-        self._shutdown()

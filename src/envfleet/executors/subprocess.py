@@ -20,7 +20,6 @@ class SubprocessVectorEnv(ProcessVectorEnv):
     """``num_envs`` Gymnasium envs, each in its own process, talking through pipes."""
 
     backend = "subprocess"
-    shared_memory = False
 
     def __init__(self, factories: list[Callable[[], Any]], *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
