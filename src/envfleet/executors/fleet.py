@@ -27,7 +27,7 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv
+from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv, failure_error
 from envfleet.executors.group import FAILURE_KEY, RESET_NOW, Infos, on_episode_end
 from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.shared_memory import copy_row
@@ -45,6 +45,20 @@ def split(num_envs: int, num_shares: int) -> list[tuple[int, int]]:
         shares.append((start, stop))
         start = stop
     return shares
+
+
+def check_count(name: str, value: Any, low: int = 1) -> int:
+    """An int option (``num_workers``...) of at least ``low``."""
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+    return int(value)
+
+
+def check_timeout(step_timeout: Any) -> float:
+    """``step_timeout``: a number of seconds > 0."""
+    if not (isinstance(step_timeout, int | float) and step_timeout > 0):
+        raise ValueError(f"step_timeout must be a number of seconds > 0, got {step_timeout!r}")
+    return float(step_timeout)
 
 
 @dataclass
@@ -240,6 +254,16 @@ class ShareFleet(ExecutorVectorEnv):
         for k, value in kept.items():
             self.arrays[k][rows] = value
         self._lost[share.index] = f"{message}; it was restarted{self._restarted_where(share)}"
+
+    def _raise_first(self, failures: list[tuple]) -> None:
+        """Raise the env failure (``EnvFailure.as_tuple()``) of the lowest env index, if any;
+        an env that could not be built leaves the executor broken (shut down)."""
+        if failures:
+            index, what, error_type, text, tb = min(failures)
+            if what == "make":
+                self._broken = f"env {index} could not be built"
+                self._shutdown()
+            raise failure_error(index, what, error_type, text, tb)
 
     def _failure_infos(self, lost: dict[int, str]) -> Infos:
         """``info["env_failure"]`` for every env of the ``lost`` shares."""

@@ -24,6 +24,7 @@ key that is a dict for one env and not for another, keys ``k`` and ``_k`` togeth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 from multiprocessing import shared_memory
@@ -407,6 +408,19 @@ def shared_infos(sig: tuple, rows: int) -> SharedBuffers:
     shared.arrays["head"][:8] = np.frombuffer(len(head).to_bytes(8, "little"), np.uint8)
     shared.arrays["head"][8:] = np.frombuffer(head, np.uint8)
     return shared
+
+
+def unlink_info_segments(names: np.ndarray) -> None:
+    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
+    (a worker's last one, which the parent may never have attached), and forget them."""
+    for row in names:
+        name = bytes(row).rstrip(b"\0").decode()
+        if name:
+            with contextlib.suppress(OSError, ValueError):
+                segment = shared_memory.SharedMemory(name=name)
+                segment.close()
+                segment.unlink()
+        row[:] = 0
 
 
 def attach_infos(name: str, rows: int) -> tuple[SharedBuffers, dict[Any, tuple]]:

@@ -1,19 +1,13 @@
-"""Worker processes for the ``pool`` and ``subprocess`` executors: start, talk, watch, stop.
+"""Worker processes for the ``pool`` and ``subprocess`` executors: the process transport of
+``fleet.ShareFleet`` (spawn, send, gather, kill, close; faults and restarts are the core's).
 
-``ProcessVectorEnv`` splits the envs into contiguous shares, one per worker process (started
-with ``forkserver`` where available, else ``spawn``: a forked copy of a process that ran
-Numba's threads can die), ships each worker its factories with cloudpickle, then drives the
-workers with one message each way per batch (``executors.worker`` has the protocol).
-
+``ProcessVectorEnv`` runs each share in one worker process (started with ``forkserver`` where
+available, else ``spawn``: a forked copy of a process that ran Numba's threads can die), ships
+it its factories with cloudpickle, then drives the workers with one message each way per batch
+(``executors.worker`` has the protocol; ``shared_batch.SharedBatch`` the pool's shared memory).
 Waiting never spins and never blocks forever: the parent sleeps in ``poll(2)`` on the workers'
-pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once);
-one that does not answer in time is killed. Either is reported as ``EnvWorkerError`` naming
-the env it was on, after which every worker is stopped and every segment unlinked.
-
-With ``restart_failed=True`` a lost worker (dead, or killed after ``step_timeout``) is started
-again in its place instead, and every env it ran ends its episode as truncated, with
-``info["env_failure"]`` saying why; an env that raises is rebuilt inside its worker
-(``EnvGroup``). The other workers' envs step on untouched.
+pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once),
+one that does not answer in time is lost too (``ShareFleet._failed``).
 """
 
 from __future__ import annotations
@@ -35,52 +29,24 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import worker as protocol
-from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
-from envfleet.executors.fleet import MIN_START_TIMEOUT, Share, ShareFleet, split
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT
+from envfleet.executors.fleet import (
+    MIN_START_TIMEOUT,
+    Share,
+    ShareFleet,
+    check_count,
+    check_timeout,
+    split,
+)
 from envfleet.executors.group import Infos
 from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
-from envfleet.executors.shared_batch import LOST, unlink_info_segments
-from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
+from envfleet.executors.shared_batch import LOST
+from envfleet.executors.shared_memory import SharedBuffers
 from envfleet.machine import usable_core_ids
 
-#: how long a worker asked to close may take before it is killed
-CLOSE_GRACE = 1.0
 #: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
 STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
-
-
-def default_start_method() -> str:
-    methods = multiprocessing.get_all_start_methods()
-    return "forkserver" if "forkserver" in methods else "spawn"
-
-
-#: what a worker's start-up failure means when it re-imported an unguarded main script
-UNGUARDED_MAIN = (
-    "envfleet's worker processes import your main script again, and its top-level code "
-    "builds worker processes itself: put the code that makes the env under\n"
-    '    if __name__ == "__main__":\n'
-    "(Python's multiprocessing needs this guard with the forkserver and spawn start methods; "
-    "see https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-"
-    "start-methods)")
-
-
-def _pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int) -> bytes:
-    """The factories of envs ``start .. stop - 1``, cloudpickled for their worker; a factory
-    that cannot be pickled is named (TypeError)."""
-    try:
-        return cloudpickle.dumps(factories[start:stop])
-    except Exception:
-        for i in range(start, stop):
-            try:
-                cloudpickle.dumps(factories[i])
-            except Exception as error:
-                raise TypeError(
-                    f"env {i}'s factory {factories[i]!r} cannot be sent to a worker process "
-                    f"({type(error).__name__}: {error}); factories must be picklable (with "
-                    f"cloudpickle): create unpicklable objects (locks, open files, "
-                    f"connections) inside the factory, not before") from error
-        raise
 
 
 @dataclass
@@ -94,68 +60,12 @@ class Worker(Share):
         return f"worker {self.index} ({self.envs()}, pid {self.process.pid})"
 
 
-def exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _stopped(pid: int | None) -> bool:
-    """Process ``pid`` is stopped (SIGSTOP, or traced); False when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
-
-
-def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
-              closers: list[Any] | None = None) -> None:
-    """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
-    for w in workers:
-        if _stopped(w.process.pid):  # (SIGSTOP: it could neither close nor handle SIGTERM)
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send_bytes(protocol.CLOSE)
-    deadline = time.monotonic() + CLOSE_GRACE
-    for w in workers:
-        w.process.join(max(deadline - time.monotonic(), 0.0))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [w for w in workers if w.process.is_alive()]
-        for w in alive:
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, sig)
-                if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
-                    os.kill(w.process.pid, signal.SIGCONT)
-        for w in alive:
-            w.process.join(2.0)
-    for w in workers:
-        with contextlib.suppress(OSError):
-            w.conn.close()
-        with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
-            w.process.close()
-    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
-        unlink_info_segments(buffers[0].arrays["infonames"])
-    for b in buffers:
-        b.close()
-        b.unlink()
-    for c in closers or ():
-        if hasattr(c, "close"):
-            with contextlib.suppress(OSError):
-                c.close()
-    workers.clear()
-    buffers.clear()
-    if closers:
-        closers.clear()
-
-
 class ProcessVectorEnv(ShareFleet):
     """Envs split over worker processes: the transport of ``ShareFleet`` (spawn, send,
-    gather, kill, close), every buffer piped; the pool mixes in ``SharedBatch``."""
+    gather, kill, close). How a batch's buffers reach the workers is a mixin's: every buffer
+    piped (``subprocess.PipeBatch``) or one shared segment (``shared_batch.SharedBatch``),
+    each giving ``_open_sync``, ``_make_buffers``, ``_started``, ``_buffers_of``,
+    ``_piped_names``, ``_expect``, ``_forget``, ``_wait`` and ``_segment_part``."""
 
     backend = "processes"
 
@@ -172,14 +82,8 @@ class ProcessVectorEnv(ShareFleet):
             os._exit(protocol.MAIN_REIMPORTED)
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
-                or not num_workers >= 1:
-            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-        if not (isinstance(step_timeout, int | float) and step_timeout > 0):
-            raise ValueError(f"step_timeout must be a number of seconds > 0, got "
-                             f"{step_timeout!r}")
-        self.step_timeout = float(step_timeout)
-        self.num_workers = min(num_workers, num_envs)
+        self.num_workers = min(check_count("num_workers", num_workers), num_envs)
+        self.step_timeout = check_timeout(step_timeout)
         self.pin_workers = bool(pin_workers)
         self.restart_failed = bool(restart_failed)
         if isinstance(spin_us, bool) or not isinstance(spin_us, int | float) or spin_us < 0:
@@ -190,10 +94,10 @@ class ProcessVectorEnv(ShareFleet):
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
         self._closers: list[Any] = []  # other connections to close at the end
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._buffers,
-                                           self._closers)
+        self._finalizer = weakref.finalize(self, protocol.stop_workers, self._workers,
+                                           self._buffers, self._closers)
         try:
-            self._start(factories, start_method or default_start_method())
+            self._start(factories, start_method or protocol.default_start_method())
         except BaseException:
             self._finalizer()
             raise
@@ -210,7 +114,7 @@ class ProcessVectorEnv(ShareFleet):
         self._open_sync(ctx)
         self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
-            payload = _pickle_factories(factories, start, stop)
+            payload = protocol.pickle_factories(factories, start, stop)
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
@@ -231,42 +135,6 @@ class ProcessVectorEnv(ShareFleet):
         self._started()
         # the actions that go to the workers through their pipes
         self._piped_actions = [k for k in self._piped_names() if k.split(".")[0] == "act"]
-
-    # --- the transport's own hooks: everything piped (``SharedBatch``: shared memory) -----
-
-    def _open_sync(self, ctx: Any) -> None:
-        """Before the workers start: what they share with the parent besides their pipes."""
-
-    def _make_buffers(self, layout: BufferLayout) -> None:
-        """The parent's batch buffers (here its own: the workers' rows come by pipe)."""
-        self._bind(layout.local())
-
-    def _started(self) -> None:
-        """Every worker has its buffers."""
-
-    def _buffers_of(self, w: Worker) -> tuple[BufferLayout, str | None, int]:
-        """(Layout, shared segment or None, first row) of worker ``w``'s buffers."""
-        rows = w.stop - w.start
-        return BufferLayout.of({name: ((rows, *a.shape[1:]), a.dtype.str)
-                                for name, a in self.arrays.items()}), None, 0
-
-    def _piped_names(self) -> list[str]:
-        """The buffers whose rows travel through the workers' pipes."""
-        return list(self.arrays)
-
-    def _expect(self, count: int) -> None:
-        """``count`` workers take part in this batch."""
-
-    def _forget(self, w: Worker) -> None:
-        """Lost ``w`` is out of the batch under way."""
-
-    def _wait(self, workers: list[Worker], phase: str) -> list[bytes]:
-        """The workers' results of this batch."""
-        return self._gather(workers, phase, self.step_timeout)
-
-    def _segment_part(self, w: Worker, reply: bytes) -> tuple[slice, dict] | None:
-        """Worker ``w``'s step infos held outside its reply, as a part (None: none)."""
-        return None
 
     def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
         """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
@@ -329,14 +197,7 @@ class ProcessVectorEnv(ShareFleet):
 
     def _raise_errors(self, ordered: list[bytes]) -> None:
         """Raise the error of the lowest env index among the results, if any."""
-        errors = [r for r in ordered if r[:1] == protocol.ERROR]
-        if errors:
-            failures = sorted(pickle.loads(r[1:]) for r in errors)
-            index, what, error_type, text, tb = failures[0]
-            if what == "make":
-                self._broken = f"env {index} could not be built"
-                self._shutdown()
-            raise failure_error(index, what, error_type, text, tb)
+        self._raise_first([pickle.loads(r[1:]) for r in ordered if r[:1] == protocol.ERROR])
 
     def _send(self, w: Worker, message: bytes, phase: str, framed: bool = False) -> bool:
         """Send ``message`` to ``w`` (``framed``: already framed as ``Connection.send_bytes``
@@ -355,7 +216,7 @@ class ProcessVectorEnv(ShareFleet):
     def _died(self, w: Worker, phase: str) -> None:
         """Worker ``w``'s pipe closed: it died (reaped, its exit named)."""
         w.process.join(0.5)
-        self._failed(w, f"died unexpectedly ({exit_text(w.process.exitcode)})", phase)
+        self._failed(w, f"died unexpectedly ({protocol.exit_text(w.process.exitcode)})", phase)
 
     def _stop(self, w: Worker) -> None:
         with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
@@ -364,7 +225,7 @@ class ProcessVectorEnv(ShareFleet):
     def _fatal(self, w: Worker, what: str, phase: str) -> None:
         if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
             self._shutdown()
-            raise RuntimeError(UNGUARDED_MAIN) from None
+            raise RuntimeError(protocol.UNGUARDED_MAIN) from None
         super()._fatal(w, what, phase)
 
     def _restarted_where(self, w: Worker) -> str:

@@ -1,6 +1,6 @@
 """``ray``: the envs on Ray actors, each stepping a contiguous share with a local engine.
 
-W actors each own envs ``start .. stop - 1`` (``processes.split``) and step them with a local
+W actors each own envs ``start .. stop - 1`` (``fleet.split``) and step them with a local
 envfleet engine: an ``EnvGroup`` (``engine="serial"``, what every pool worker runs: the same
 autoreset and trajectories as ``serial``) or a local ``pool`` for Gymnasium ids and factories,
 and the native kernel (``engine="numba"``: ``envfleet.make(id, k, backend="numba")``) for
@@ -50,7 +50,14 @@ from envfleet.executors.base import (
     spaces_mismatch,
 )
 from envfleet.executors.first_ready import FirstReady
-from envfleet.executors.fleet import MIN_START_TIMEOUT, Share, ShareFleet, split
+from envfleet.executors.fleet import (
+    MIN_START_TIMEOUT,
+    Share,
+    ShareFleet,
+    check_count,
+    check_timeout,
+    split,
+)
 from envfleet.executors.group import (
     PEND,
     RESET_NOW,
@@ -483,11 +490,6 @@ def _kill(a: Actor) -> None:
         ray.kill(a.handle, no_restart=True)
 
 
-def _check_int(name: str, value: Any, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
-
 class RayVectorEnv(FirstReady, ShareFleet):
     """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
     engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids): the Ray
@@ -518,9 +520,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
         if (engine == "numba") != (native is not None):
             raise ValueError("engine 'numba' runs native ids (envfleet.make('CartPole-v1', n, "
                              "backend='ray')); Gymnasium envs run on engine 'serial' or 'pool'")
-        if not (isinstance(step_timeout, int | float) and step_timeout > 0):
-            raise ValueError(f"step_timeout must be a number of seconds > 0, got "
-                             f"{step_timeout!r}")
+        check_timeout(step_timeout)
         if engine_options is not None and not isinstance(engine_options, dict):
             raise TypeError(f"engine_options must be a dict, got {engine_options!r}")
         if batch_size is None:
@@ -534,7 +534,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
                              f"time: it needs engine='serial', not {engine!r}")
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
             if value is not None:
-                _check_int(name, value)
+                check_count(name, value)
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")

@@ -18,14 +18,13 @@ import contextlib
 import select
 import time
 from collections.abc import Iterator
-from multiprocessing import shared_memory
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
 from envfleet.executors import worker as protocol
 from envfleet.executors.base import EnvWorkerError
-from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos
+from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, unlink_info_segments
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 if TYPE_CHECKING:
@@ -35,19 +34,6 @@ if TYPE_CHECKING:
 INFO_NAME_BYTES = 64
 #: the stand-in result of a worker lost (and started again) during a batch
 LOST = b"X"
-
-
-def unlink_info_segments(names: np.ndarray) -> None:
-    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
-    (a worker's last one, which the parent may never have attached), and forget them."""
-    for row in names:
-        name = bytes(row).rstrip(b"\0").decode()
-        if name:
-            with contextlib.suppress(OSError, ValueError):
-                segment = shared_memory.SharedMemory(name=name)
-                segment.close()
-                segment.unlink()
-        row[:] = 0
 
 
 class SharedBatch:
