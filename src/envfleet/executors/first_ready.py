@@ -8,10 +8,11 @@ returns those that have waited longest (a FIFO: no env starves), with ``info["en
 share lost while envs are in flight (its worker or actor died or hung, and was restarted) ends
 its envs' episodes as truncated with ``info["env_failure"]`` (``_async_lost``).
 
-An executor using it is a ``fleet.ShareFleet`` (shares, ``_owner``: env -> share index, faults)
-that keeps ``_in_flight`` (sent, not reported), ``_ready`` (reported, not returned yet, in
-order), ``_ready_infos``, ``_action_batch_spaces``, and implements ``_send_to_owners``,
-``_collect``, ``_busy_since`` and ``_share_lost``; ``_check_hung`` fails the silent shares.
+An executor using it is a ``fleet.ShareFleet`` (shares, ``_owner``: env -> share index,
+faults) that calls ``_init_async`` once started, ``_arrived`` as envs report, and implements
+``_send_to_owners``, ``_collect``, ``_busy_since``, ``_drop_in_flight`` and ``_share_lost``;
+``_check_hung`` fails the silent shares. It keeps ``_in_flight`` (sent, not reported),
+``_ready`` (reported, not returned yet, in order) and ``_ready_infos``.
 """
 
 from __future__ import annotations
@@ -156,6 +157,31 @@ class FirstReady:
         infos["env_id"] = ids
         return obs, rewards, terminated, truncated, infos
 
+    def _init_async(self) -> None:
+        """The async bookkeeping (a transport adds its own)."""
+        self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
+        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
+        self._ready_infos: dict[int, tuple[dict, dict]] = {}  # their (info, final info)
+        self._action_batch_spaces: dict[int, Any] = {}
+
+    def _clear_async(self, ready: list[int] | None) -> None:
+        """Nothing in flight; ``ready`` (in order) waits for ``recv``."""
+        self._in_flight[:] = False
+        self._ready = dict.fromkeys(ready or ())
+        self._ready_infos = {}
+        self._drop_in_flight()
+
+    def _arrived(self, ids: int | list[int], reports: Any = ()) -> None:
+        """Envs ``ids`` reported (their rows are written): ready for ``recv``, after those
+        already waiting; ``reports``: (env, info, final info) of those with infos."""
+        for e, info, final in reports:
+            self._ready_infos[e] = (info, final)
+        self._in_flight[ids] = False
+        if type(ids) is int:
+            self._ready[ids] = None
+        else:
+            self._ready.update(dict.fromkeys(ids))
+
     def _async_lost(self) -> int:
         """Envs of workers lost (and restarted) in async mode end as truncated and are ready
         for ``recv``; returns how many of them were in flight."""
@@ -180,6 +206,10 @@ class FirstReady:
         self._lost = {}
         self._restart_infos = []
         return recovered
+
+    def _drop_in_flight(self) -> None:
+        """Forget the transport's requests in flight (after a reset or a step)."""
+        raise NotImplementedError
 
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """Hand the envs ``ids`` (their actions are in the buffers) to their owners."""

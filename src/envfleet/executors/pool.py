@@ -77,21 +77,14 @@ class PoolVectorEnv(FirstReady, SharedBatch, ProcessVectorEnv):
     # --- first-ready async (EnvPool's send / recv) ----------------------------------------
 
     def _init_async(self) -> None:
-        n = self.num_envs
-        self._in_flight = np.zeros(n, dtype=bool)  # sent, not reported yet
+        super()._init_async()
         # per worker: envs in flight, and when it last reported (or got work while idle):
         # a worker with envs in flight that stays silent for step_timeout is hung
         self._flying = np.zeros(self.num_workers, dtype=np.int64)
         self._heard = np.zeros(self.num_workers)
-        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
-        self._ready_infos: dict[int, tuple[dict, dict]] = {}
-        self._action_batch_spaces: dict[int, Any] = {}
 
-    def _clear_async(self, ready: list[int] | None) -> None:
-        self._in_flight[:] = False
+    def _drop_in_flight(self) -> None:
         self._flying[:] = 0
-        self._ready = dict.fromkeys(ready or ())
-        self._ready_infos = {}
 
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """One message per owning worker with its envs among ``ids``."""
@@ -147,11 +140,12 @@ class PoolVectorEnv(FirstReady, SharedBatch, ProcessVectorEnv):
 
     def _report(self, message: bytes) -> int:
         kind = message[:1]
+        reports: tuple = ()
         if kind == protocol.DONE:
             e = int.from_bytes(message[1:9], "little", signed=True)
         elif kind == protocol.DONE_INFO:
             e, info, final, values = pickle.loads(message[1:])
-            self._ready_infos[e] = (info, final)
+            reports = ((e, info, final),)
             for name, value in (values or {}).items():  # its object leaves' values
                 self.arrays[name][e] = value
         elif kind == protocol.ERROR:
@@ -161,10 +155,9 @@ class PoolVectorEnv(FirstReady, SharedBatch, ProcessVectorEnv):
             raise failure_error(index, what, error_type, text, tb)
         else:
             raise AssertionError(f"unexpected report {kind!r}")
-        self._in_flight[e] = False
         w = self._owner[e]
         self._flying[w] -= 1
         self._heard[w] = time.monotonic()
-        self._ready[e] = None
+        self._arrived(e, reports)
         return 1
 

@@ -806,16 +806,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
                 raise EnvWorkerError(self._broken)
 
     # first-ready async: FirstReady's front end over the hooks below
-    def _init_async(self) -> None:
-        self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
-        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
-        self._ready_infos: dict[int, tuple[dict, dict]] = {}
-        self._action_batch_spaces: dict[int, Any] = {}
-
-    def _clear_async(self, ready: list[int] | None) -> None:
-        self._in_flight[:] = False
-        self._ready = dict.fromkeys(ready or ())
-        self._ready_infos = {}
+    def _drop_in_flight(self) -> None:
         for a in self._actors:
             a.ref, a.ids, a.queue = None, None, []
 
@@ -879,10 +870,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
         outputs, reports = reply[1], reply[2]
         for name in self._outputs:
             assign_rows(self.arrays[name], outputs[name], ids)
-        for i, info, final in reports:
-            self._ready_infos[i] = (info, final)
-        self._in_flight[ids] = False
-        self._ready.update(dict.fromkeys(ids.tolist()))
+        self._arrived(ids.tolist(), reports)
         a.heard = time.monotonic()
         if a.queue:
             self._submit(a)

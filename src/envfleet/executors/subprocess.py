@@ -2,7 +2,8 @@
 
 The classic design (Gymnasium's ``AsyncVectorEnv``, SB3's ``SubprocVecEnv``): kept as the
 baseline the ``pool`` is measured against, and for envs that must each have their own process.
-Start-up, faults, timeouts and closing are the pool's (``executors.processes``).
+Start-up, timeouts and closing are the pool's (``executors.processes``), faults the core's
+(``executors.fleet``); ``PipeBatch`` sends every buffer's rows through the pipes.
 """
 
 from __future__ import annotations
