@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
-# The GPU check, about 8 minutes on one GPU: the cuda tests on the real GPU (agreement with the
-# numba backend, which matches Gymnasium bit for bit; rollouts; chess), the per-call sweep of
-# cuda and torch with gymnax and pgx as peers (python -m envfleet.bench.gpu), the tpb study and
-# the numba threads sweep of the host (scripts/threads_check.py). Writes JSON lines, Markdown
+# The GPU check, 6-10 minutes on one GPU (GPU_CHECK_SCALE < 1 shortens the sweep): the cuda
+# tests on the real GPU (agreement with the numba backend, which matches Gymnasium bit for bit;
+# rollouts; chess), the per-call sweep of cuda and torch with gymnax as a peer (python -m
+# envfleet.bench.gpu; pgx on request), the tpb study and the numba threads sweep of the host
+# (scripts/threads_check.py). Writes JSON lines, Markdown
 # naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
 #
 # Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
 # pytest (gymnax, pgx: optional peers). On a machine with no package index, bring wheels:
-# see docs/GPU.md. Each part has its own time limit; a part that fails does not stop the others.
+# see docs/gpu/README.md. Each part has its own time limit; a part that fails does not stop the
+# others.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 out=${OUT:-$PWD}/gpu-check
@@ -40,10 +42,11 @@ cat "$out/card.txt"
 parts=${GPU_CHECK_PARTS:-tests,sweep,tpb,threads}
 for p in ${parts//,/ }; do
     case $p in
-    tests) part tests 170 "$py" -m pytest -q -rf -p no:cacheprovider \
+    tests) part tests 230 "$py" -m pytest -q -rf -p no:cacheprovider \
         tests/native/test_cuda_backend.py tests/envs/test_classic_cuda.py \
-        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py ;;
-    sweep) part sweep "$(awk "BEGIN{print int(360*$scale)}")" \
+        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py \
+        tests/envs/chess/test_packed.py::test_cuda_packed_matches_numba ;;
+    sweep) part sweep "$(awk "BEGIN{print int(450*$scale)}")" \
         "$py" -m envfleet.bench.gpu --out "$out" --scale "$scale" ;;
     tpb) part tpb 75 "$py" -m envfleet bench --study tpb --block-sizes 64,256,1024 \
         --num-envs 1000,100000,1000000,10000000 --repeats 1 --seconds 0.3 --out "$out/tpb" ;;

@@ -30,6 +30,23 @@ def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
         raise ValueError(f"unknown autoreset_mode {mode!r}; use one of {valid}") from None
 
 
+def check_make_arguments(num_envs: Any, autoreset_mode: AutoresetMode | str, seed: Any,
+                         max_episode_steps: Any) -> AutoresetMode:
+    """``make``'s arguments that every backend shares, checked once for all of them:
+    ``num_envs`` an int >= 1, a known autoreset mode (returned as the enum), ``seed`` None or
+    a uint64 seed for every env (``seed + i``), ``max_episode_steps`` None or an int >= 1."""
+    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
+        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
+    mode = parse_autoreset_mode(autoreset_mode)
+    if seed is not None:
+        check_seed(seed, count=num_envs)
+    if max_episode_steps is not None and (
+            isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int)
+            or max_episode_steps < 1):
+        raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
+    return mode
+
+
 def check_seed(seed: Any, name: str = "seed", count: int = 1) -> int:
     """A seed is a non-negative integer (Gymnasium's rule) below 2**64 (seeds are uint64, on
     every backend alike); with ``count``, ``seed + count - 1`` (the last env's) is too."""

@@ -12,7 +12,6 @@ import difflib
 import functools
 import importlib
 import importlib.util
-import os
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -20,37 +19,19 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
-from envfleet.contract import check_seed, parse_autoreset_mode
-from envfleet.envs import FAMILIES
-from envfleet.memory import check_executor_memory, check_native_memory
-from envfleet.native.driver import MODE_CODES
-from envfleet.native.jit import compile_checked
+from envfleet.backends import (
+    ALL_BACKENDS,
+    EXECUTOR_BACKENDS,
+    NATIVE_BACKENDS,
+    BackendUnavailableError,  # noqa: F401 - re-exported: envfleet.registry's public names
+    backend_options,
+)
+from envfleet.contract import check_make_arguments
+from envfleet.envs import FAMILIES, NATIVE_ENVS
+from envfleet.memory import check_executor_memory
+from envfleet.native.build import build_native, native_backend_status
 from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, check_spec
-from envfleet.native.vector_env import NativeVectorEnv
 
-#: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
-NATIVE_ENVS: dict[str, NativeEnvSpec] = dict(FAMILIES)
-
-#: backend -> (engine class path, keyword options the backend takes)
-NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "numba": ("envfleet.native.numba_backend:NumbaEngine", ("num_threads",)),
-    "cuda": ("envfleet.native.cuda_backend:CudaEngine", ("threads_per_block",)),
-    "torch": ("envfleet.native.torch_backend:TorchEngine", ("device",)),
-}
-#: backend -> (executor class path, keyword options the backend takes)
-EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
-    "serial": ("envfleet.executors.serial:SerialVectorEnv", ("restart_failed",)),
-    "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
-                   ("step_timeout", "start_method", "restart_failed")),
-    "pool": ("envfleet.executors.pool:PoolVectorEnv",
-             ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size",
-              "restart_failed", "spin_us")),
-    "ray": ("envfleet.executors.ray:RayVectorEnv",
-            ("num_workers", "envs_per_worker", "address", "num_cpus", "num_gpus", "resources",
-             "placement", "engine", "engine_options", "step_timeout", "batch_size",
-             "restart_failed")),
-}
-ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)
 GYM_NAMESPACE = "envfleet"
 
 
@@ -58,47 +39,15 @@ class UnknownEnvError(ValueError):
     """``make`` was given an env id that envfleet does not know."""
 
 
-class BackendUnavailableError(RuntimeError):
-    """The backend exists but cannot run here (a missing package or device)."""
-
-
 def backend_status(backend: str) -> str | None:
     """None when ``backend`` can run here, else the reason it cannot."""
     if backend == "ray":
         return None if _has("ray") else "needs ray: pip install 'envfleet[ray]'"
-    if backend == "numba" or backend in EXECUTOR_BACKENDS:
+    if backend in EXECUTOR_BACKENDS:
         return None
-    if backend == "torch":
-        return None if _has("torch") else "needs torch: pip install 'envfleet[torch]'"
-    if backend == "cuda":
-        if not (_has("numba_cuda") and _has("torch")):
-            return "needs numba-cuda and torch: pip install 'envfleet[cuda]'"
-        if os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
-            return None
-        broken = _cuda_numpy_mismatch()
-        if broken:
-            return broken
-        from numba import cuda
-
-        return None if cuda.is_available() else "no CUDA GPU is visible to numba-cuda"
+    if backend in NATIVE_BACKENDS:
+        return native_backend_status(backend)
     raise ValueError(f"unknown backend {backend!r}; valid backends: {', '.join(ALL_BACKENDS[1:])}")
-
-
-def _cuda_numpy_mismatch() -> str | None:
-    """Why numba-cuda's CUDA target cannot load with this NumPy (it loads its NumPy support at
-    the first kernel compile: numba-cuda 0.30.4 fails there with numpy 2.5, which removed
-    ``np.row_stack``), or None."""
-    try:
-        import numba.cuda.np.arrayobj  # noqa: F401 - imported for the check
-    except Exception as error:
-        from importlib.metadata import version
-
-        import numpy as np
-
-        return (f"numba-cuda {version('numba-cuda')} does not work with numpy {np.__version__} "
-                f"({type(error).__name__}: {error}): pip install 'numpy<2.5' (what "
-                f"'envfleet[cuda]' asks for)")
-    return None
 
 
 def _has(module: str) -> bool:
@@ -171,11 +120,6 @@ def _gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
         raise _unknown_env(env_id) from None
 
 
-def _check_num_envs(num_envs: Any) -> None:
-    if isinstance(num_envs, bool) or not isinstance(num_envs, int) or num_envs < 1:
-        raise ValueError(f"num_envs must be an int >= 1, got {num_envs!r}")
-
-
 def make(
     env: str | Callable[[], gymnasium.Env] | Sequence[Callable[[], gymnasium.Env]],
     num_envs: int,
@@ -232,78 +176,19 @@ def make(
         raise ValueError(
             f"backend {backend!r} runs envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
             f"run {what} with backend 'serial', 'subprocess' or 'pool'")
-    spec = NATIVE_ENVS[native]
-    if backend not in spec.backends:
-        hint = (" (a family runs on torch when its spec gives reset_torch and step_torch)"
-                if backend == "torch" and spec.step_torch is None else "")
-        raise BackendUnavailableError(
-            f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}"
-            f"{hint}")
-    _check_num_envs(num_envs)
-    reason = backend_status(backend)
-    if reason is not None:
-        raise BackendUnavailableError(f"backend {backend!r} cannot run here: {reason}")
-    mode = parse_autoreset_mode(autoreset_mode)
-    if max_episode_steps is not None:
-        _check_max_steps(max_episode_steps)
-
-    engine_path, option_names = NATIVE_BACKENDS[backend]
-    options = _backend_options(env_kwargs, option_names, backend)
-    render_mode = env_kwargs.pop("render_mode", None)
-    modes = ["rgb_array"] if spec.renderer is not None else []
-    if render_mode is not None and render_mode not in modes:
-        raise ValueError(f"{spec.id} renders in {modes or 'no mode'}, not render_mode="
-                         f"{render_mode!r}")
-    check_per_env_kwargs(spec, env_kwargs, num_envs)
-    try:
-        params = spec.make_params(**env_kwargs)
-    except TypeError as error:
-        raise TypeError(f"{spec.id}: {error}") from None
-    if spec.specialize is not None:
-        spec = spec.specialize(params)
-    if max_episode_steps is None:
-        max_episode_steps = (spec.default_max_steps(params) if spec.default_max_steps
-                             else spec.max_episode_steps)
-    check_native_memory(spec, num_envs, backend, options)
-    module, cls = engine_path.split(":")
-    engine_cls = getattr(importlib.import_module(module), cls)
-    engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)
-    if native not in FAMILIES:  # a user's family: a numba typing error explained, up front
-        compile_checked(engine, spec.id, backend)
-    env_cls = spec.vector_env_class() if spec.vector_env_class else NativeVectorEnv
-    return env_cls(spec, num_envs, engine, backend=backend, autoreset_mode=mode, seed=seed,
-                   copy=copy)
-
-
-def _backend_options(env_kwargs: dict[str, Any], option_names: tuple[str, ...],
-                     backend: str) -> dict[str, Any]:
-    """Move ``backend``'s options out of ``env_kwargs``; refuse another backend's options."""
-    options = {k: env_kwargs.pop(k) for k in option_names if k in env_kwargs}
-    misplaced = [k for k in env_kwargs if any(
-        k in o for _, o in (*NATIVE_BACKENDS.values(), *EXECUTOR_BACKENDS.values()))]
-    if misplaced:
-        raise TypeError(f"option(s) {misplaced} do not apply to backend {backend!r}")
-    return options
-
-
-def _check_max_steps(max_episode_steps: Any) -> None:
-    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) \
-            or max_episode_steps < 1:
-        raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
+    return build_native(NATIVE_ENVS[native], num_envs, backend,
+                        autoreset_mode=autoreset_mode, seed=seed, copy=copy,
+                        max_episode_steps=max_episode_steps,
+                        check_compile=native not in FAMILIES,  # a user's family: up front
+                        **env_kwargs)
 
 
 def _make_executor(env: Any, num_envs: int, backend: str, *,
                    autoreset_mode: AutoresetMode | str, seed: int | None, copy: bool,
                    max_episode_steps: int | None, **env_kwargs: Any) -> VectorEnv:
     """An executor over ``num_envs`` envs from an id, a factory or a list of factories."""
-    _check_num_envs(num_envs)
-    mode = parse_autoreset_mode(autoreset_mode)
-    if seed is not None:
-        check_seed(seed, count=num_envs)
-    if max_episode_steps is not None:
-        _check_max_steps(max_episode_steps)
-    path, option_names = EXECUTOR_BACKENDS[backend]
-    options = _backend_options(env_kwargs, option_names, backend)
+    mode = check_make_arguments(num_envs, autoreset_mode, seed, max_episode_steps)
+    options = backend_options(env_kwargs, backend)
     check_executor_memory(num_envs, backend)
     if isinstance(env, str):
         spec = _gym_spec(env)
@@ -323,7 +208,7 @@ def _make_executor(env: Any, num_envs: int, backend: str, *,
         if max_episode_steps is not None:
             factories = [functools.partial(_time_limited, f, max_episode_steps)
                          for f in factories]
-    module, cls = path.split(":")
+    module, cls = EXECUTOR_BACKENDS[backend][0].split(":")
     executor_cls = getattr(importlib.import_module(module), cls)
     return executor_cls(factories, autoreset_mode=mode, seed=seed, copy=copy, **options)
 
@@ -334,13 +219,8 @@ def _make_ray_native(native: str, num_envs: int, *, autoreset_mode: AutoresetMod
     """Native id ``native`` on Ray actors, each stepping its share with the numba kernel."""
     from envfleet.executors.ray import NativeEnvs, RayVectorEnv
 
-    _check_num_envs(num_envs)
-    mode = parse_autoreset_mode(autoreset_mode)
-    if seed is not None:
-        check_seed(seed, count=num_envs)
-    if max_episode_steps is not None:
-        _check_max_steps(max_episode_steps)
-    options = _backend_options(env_kwargs, EXECUTOR_BACKENDS["ray"][1], "ray")
+    mode = check_make_arguments(num_envs, autoreset_mode, seed, max_episode_steps)
+    options = backend_options(env_kwargs, "ray")
     spec = NATIVE_ENVS[native]
     check_per_env_kwargs(spec, env_kwargs, num_envs)
     arrays = [k for k in spec.per_env_params if np.ndim(env_kwargs.get(k, 0)) > 0]

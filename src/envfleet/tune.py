@@ -382,7 +382,7 @@ def _validate_env(env_id: str) -> None:
     """Refuse an id that is neither native nor registered with Gymnasium."""
     import gymnasium as gym
 
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
 
     if is_native(env_id):
         return
@@ -398,7 +398,7 @@ def run(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from envfleet.bench.report import human
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
 
     _validate_env(args.env)
     try:

@@ -35,18 +35,7 @@ def stepped(n, steps, mode="NextStep"):
     """The reference: a numba env stepped by hand with ``scripted``."""
     env = make("numba", n, autoreset_mode=mode)
     obs, _ = env.reset()
-    seen = {k: [] for k in ("obs", "actions", "rewards", "terminated", "truncated")}
-    episodes = 0
-    for _ in range(steps):
-        a = scripted(obs)
-        seen["obs"].append(obs)
-        seen["actions"].append(a)
-        obs, r, te, tr, _ = env.step(a)
-        seen["rewards"].append(r)
-        seen["terminated"].append(te)
-        seen["truncated"].append(tr)
-        episodes += int((te | tr).sum())
-    return {k: np.stack(v) for k, v in seen.items()}, obs, episodes, env
+    return (*_continue(env, obs, steps), env)
 
 
 @pytest.mark.parametrize("backend", BACKENDS)

@@ -616,7 +616,7 @@ def test_cuda_errors_name_the_line_numba_cpu_names() -> None:
     numba CPU, which compiles the same source under the same rules, for the line."""
     from types import SimpleNamespace
 
-    from envfleet.native import jit
+    from envfleet.native import build, jit
     from envfleet.native.driver import MODE_CODES
 
     spec = dataclasses.replace(SPEC, id="Allocating-v0", step_one=copy_step, reset_torch=None,
@@ -629,7 +629,7 @@ def test_cuda_errors_name_the_line_numba_cpu_names() -> None:
                              params=spec.make_params(), max_episode_steps=10,
                              compile=compile_on_gpu)
     with pytest.raises(envfleet.KernelCompileError) as caught:
-        jit.compile_checked(engine, spec.id, "cuda")
+        build.compile_checked(engine, spec.id, "cuda")
     line, code = allocating_line(copy_step)
     assert (f"for the 'cuda' backend (at test_user_envs.py:{line} `{code}`: it allocates"
             in str(caught.value))

@@ -3,9 +3,12 @@
 - ``measure``: one point (backend, num_envs, threads) measured in its own fresh process;
 - ``baselines``: Gymnasium's SyncVectorEnv and NumPy vector env, SB3's DummyVecEnv;
 - ``report``: the rich and Markdown tables, JSON lines, the PNG plot;
-- ``runner``: the command's options, the sweep and its progress display.
+- ``runner``: the command's options, the sweep and its progress display;
+- ``chess``: Chess-v0's peers, perft and report sections (imported here: it registers its
+  peers into ``baselines`` and its series into ``measure``'s worker).
 """
 
+from envfleet.bench import chess  # noqa: F401 - registers Chess-v0 (see above)
 from envfleet.bench.baselines import BASELINES
 from envfleet.bench.measure import PointSpec, measure, run_point
 

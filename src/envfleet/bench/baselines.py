@@ -26,9 +26,10 @@ CartPole-v1 only, in Gymnasium 1.4), gym-sync, sb3-dummy and envpool (``NATIVE_D
 process-per-env baselines are for comparing envfleet's executors, and are measured by default
 for other Gymnasium ids (envpool is not: ask for it).
 
-Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``bench/chess.py``)
-are baselines that play one env id (``plays``) and their own random legal moves
-(``BaselineEnv.action_space`` is None); ``native_default(env_id)`` gives them as its default.
+Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``bench/chess/``,
+which adds them here with ``register_peers``) are baselines that play one env id (``plays``)
+and their own random legal moves (``BaselineEnv.action_space`` is None);
+``native_default(env_id)`` gives them as its default.
 
 This module only imports Gymnasium at module level; Stable-Baselines3 (which imports torch) is
 imported when an ``sb3-*`` env is built, inside the measuring worker.
@@ -44,9 +45,6 @@ from typing import Any
 
 import gymnasium
 import numpy as np
-
-from envfleet.bench.chess import CHESS_ID, peer_baselines
-from envfleet.bench.chess import PEERS as CHESS_PEERS
 
 #: Python-loop baselines hold one Python env object per env (~6-10 KB each, seconds to build
 #: 65,536 of them): by default they are not measured above this many envs.
@@ -74,7 +72,7 @@ class Baseline:
     threads: int | None = 1
     #: build takes ``num_threads``: measured at 1 .. usable cores threads, the best kept
     thread_sweep: bool = False
-    #: the extra that installs ``requires`` (default: chess-bench for a chess peer, else bench)
+    #: the extra that installs ``requires`` (default: bench)
     extra: str | None = None
     #: measured by default for a Gymnasium id that is not native (next to the executors)
     executor_default: bool = True
@@ -86,7 +84,7 @@ class Baseline:
         if self.plays is None and reference_id in GAME_PEER_IDS:
             return f"Gymnasium has no {reference_id} env"
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            extra = self.extra or ("chess-bench" if self.plays == CHESS_ID else "bench")
+            extra = self.extra or "bench"
             return f"not installed: needs {self.requires} (pip install 'envfleet[{extra}]')"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
             return f"Gymnasium has no NumPy vector env for {reference_id}"
@@ -215,13 +213,23 @@ BASELINES: dict[str, Baseline] = {
                  executor_default=False),
         Baseline("pufferlib", "PufferLib's Multiprocessing vector env", True, _pufferlib,
                  requires="pufferlib", extra="pufferlib", executor_default=False),
-        *peer_baselines(),
     )
 }
 #: the baselines a native id's default sweep measures (each only where it can run that id)
 NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy", "envpool")
-#: env ids measured against their own peers instead of Gymnasium's envs
-GAME_PEER_IDS = {CHESS_ID: CHESS_PEERS}
+#: env ids measured against their own peers instead of Gymnasium's envs (a game's bench
+#: package adds them: ``register_peers``; bench/chess for Chess-v0)
+GAME_PEER_IDS: dict[str, tuple[str, ...]] = {}
+
+
+def register_peers(env_id: str, peers: list[Baseline]) -> None:
+    """Add ``peers``, baselines that play ``env_id`` only (``Baseline.plays``), to ``BASELINES``:
+    ``env_id``'s default sweep measures them instead of Gymnasium's envs."""
+    for peer in peers:
+        if peer.plays != env_id:
+            raise ValueError(f"peer {peer.name!r} plays {peer.plays!r}, not {env_id!r}")
+        BASELINES[peer.name] = peer
+    GAME_PEER_IDS[env_id] = tuple(peer.name for peer in peers)
 
 
 def native_default(env_id: str) -> tuple[str, ...]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import platform
 import time
@@ -22,12 +23,15 @@ from typing import Any
 PARTS = ("cartpole", "rollout", "chess", "gymnax", "classic", "pgx")
 DEFAULT_PARTS = PARTS[:-1]  # pgx compiles for minutes: asked for by name
 #: each part's time budget in seconds (builds and compiles included)
-PART_SECONDS = {"cartpole": 50, "classic": 60, "chess": 70, "rollout": 40, "gymnax": 40,
+PART_SECONDS = {"cartpole": 50, "classic": 60, "chess": 160, "rollout": 40, "gymnax": 40,
                 "pgx": 45}
 CARTPOLE_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 CLASSIC = ("Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 CLASSIC_SIZES = (1_000, 100_000, 1_000_000)
 CHESS_SIZES = (1_024, 16_384, 131_072, 1_048_576)
+#: Chess-v0's (observation, packed) variants, in order (a variant compiles its own kernels):
+#: the default, then ``packed=True`` (mask as bits; planes as bitboards), then unpacked planes
+CHESS_VARIANTS = (("compact", False), ("compact", True), ("planes", True), ("planes", False))
 
 
 class Check:
@@ -164,31 +168,46 @@ def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> 
 
 
 def chess(check: Check) -> None:
-    """Chess-v0 on cuda: random legal moves (drawn on the device) then the step, per call."""
+    """Chess-v0 on cuda: random legal moves (drawn on the device) then the step, per call; for
+    each ``CHESS_VARIANTS`` entry (``packed=True``: the mask as bits, the planes as bitboards),
+    with ``copy=False`` (the buffers) and ``copy=True`` (each step's obs and mask cloned, as a
+    consumer that keeps them pays)."""
 
     import envfleet
 
-    for n in sized(CHESS_SIZES):
-        if check.left() < 10:
-            check.emit(part="chess", env="Chess-v0", backend="cuda", n=n, error="time up")
-            break
-        try:
-            t0 = time.perf_counter()
-            env = envfleet.make("Chess-v0", n, backend="cuda", seed=0, copy=False)
-            env.reset(seed=0)
-            build = time.perf_counter() - t0
-            step = per_call(lambda env=env: env.step(env.random_legal_actions()),
-                            sync, min_s=0.5, max_calls=400)
-            draw = per_call(lambda env=env: env.random_legal_actions(), sync,
-                            min_s=0.2, max_calls=400)
-            check.emit(part="chess", env="Chess-v0", backend="cuda", n=n,
-                       us_per_call=step * 1e6, plies_per_s=n / step, draw_us=draw * 1e6,
-                       build_s=build, mask_bytes=int(n * 4672))
-            env.close()
-            del env
-            _release()
-        except Exception as error:
-            check.emit(part="chess", env="Chess-v0", backend="cuda", n=n, error=repr(error)[:400])
+    for observation, packed in CHESS_VARIANTS:
+        for n in sized(CHESS_SIZES):
+            for copy in (False, True):
+                label = dict(part="chess", env="Chess-v0", backend="cuda", n=n,
+                             observation=observation, packed=packed, copy=copy)
+                if check.left() < 10:
+                    check.emit(**label, error="time up")
+                    break
+                try:
+                    t0 = time.perf_counter()
+                    env = envfleet.make("Chess-v0", n, backend="cuda", seed=0, copy=copy,
+                                        observation=observation, packed=packed)
+                    env.reset(seed=0)
+                    build = time.perf_counter() - t0
+                    step = per_call(lambda env=env: env.step(env.random_legal_actions()),
+                                    sync, min_s=0.5, max_calls=400)
+                    draw = {} if copy else {"draw_us": 1e6 * per_call(
+                        lambda env=env: env.random_legal_actions(), sync, min_s=0.2,
+                        max_calls=400)}
+                    space = env.single_observation_space
+                    obs_bytes = space.dtype.itemsize * math.prod(space.shape)
+                    check.emit(**label, us_per_call=step * 1e6, plies_per_s=n / step,
+                               **draw, build_s=build,
+                               mask_bytes=int(n * (584 if packed else 4672)),
+                               obs_bytes=n * obs_bytes)
+                    env.close()
+                    del env
+                    _release()
+                except Exception as error:
+                    check.emit(**label, error=repr(error)[:400])
+            else:
+                continue
+            break  # time up
 
 
 def rollouts(check: Check, n: int = 1_000_000, steps: int = 128) -> None:
@@ -351,7 +370,7 @@ def markdown(rows: list[dict[str, Any]], card: str) -> str:
         lines += ["## Chess: microseconds per call (plies/s)", "",
                   "| backend | boards | us per call | plies/s | draw us |",
                   "|:---|---:|---:|---:|---:|"]
-        lines += [f"| {r['backend']} | {r['n']:,} | {r['us_per_call']:,.0f} | "
+        lines += [f"| {_chess_kind(r)} | {r['n']:,} | {r['us_per_call']:,.0f} | "
                   f"{_rate(r['plies_per_s'])} | {r.get('draw_us', float('nan')):,.0f} |"
                   for r in chess_rows]
         lines.append("")
@@ -370,6 +389,15 @@ def markdown(rows: list[dict[str, Any]], card: str) -> str:
     if errors:
         lines += ["## Errors", ""] + [f"- {json.dumps(r)}" for r in errors] + [""]
     return "\n".join(lines)
+
+
+def _chess_kind(row: dict[str, Any]) -> str:
+    """A chess row's variant: the backend, then the observation and ``packed`` where given."""
+    kind = row["backend"]
+    if row.get("observation", "compact") != "compact":
+        kind += f" {row['observation']}"
+    kind += " packed" if row.get("packed") else ""
+    return kind + (" copy=True" if row.get("copy") else "")
 
 
 def _kind(row: dict[str, Any]) -> str:

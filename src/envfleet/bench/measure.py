@@ -24,7 +24,7 @@ worker (its start is part of ``construct_s``) and shuts it down after the point.
 
 Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actions()`` and
 ``info["action_mask"]``) are stepped with fresh random legal actions every call, and baselines
-without an action space (the chess peers) play their own; perft points (``bench/chess.py``)
+without an action space (the chess peers) play their own; perft points (``bench/chess/``)
 count nodes instead of steps.
 """
 
@@ -41,20 +41,31 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from envfleet.bench.chess import (
-    PERFT_SERIES,
-    fairness,
-    is_chess,
-    native_reset_options,
+from envfleet import backends
+from envfleet.machine import (
+    background_load,
+    cpu_seconds,
+    tree_cpu_seconds,
 )
 
 RESULT_TAG = "ENVFLEET_BENCH_RESULT "
-NATIVE_BACKENDS = ("numba", "torch", "cuda")
+#: envfleet's native backends, in the order the bench sweeps and shows them: the GPU's last
+NATIVE_BACKENDS = tuple(sorted(backends.NATIVE_BACKENDS, key=lambda b: b == "cuda"))
 #: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``);
 #: ``ray`` runs a native id with the native kernel in each actor
-EXECUTOR_BACKENDS = ("serial", "subprocess", "pool", "ray")
+EXECUTOR_BACKENDS = tuple(backends.EXECUTOR_BACKENDS)
 #: the object store of the local Ray instance a ray point starts (bytes)
 RAY_OBJECT_STORE = 256 * 2**20
+
+#: the worker's command table: a series (``PointSpec.backend``) -> the function that measures
+#: its points in place of ``measure`` (``measure_one``); bench/chess adds its perft series
+SERIES: dict[str, Callable[[PointSpec], dict[str, Any]]] = {}
+#: env id -> (backend, options) -> fields every point of that env adds to its row (what a
+#: series plays, for like-for-like comparisons; bench/chess adds Chess-v0's ``fairness``)
+ROW_FIELDS: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {}
+#: native env id -> num_envs -> the ``reset`` options of its native points (bench/chess:
+#: Chess-v0's boards start at the bench positions)
+RESET_OPTIONS: dict[str, Callable[[int], dict[str, Any] | None]] = {}
 
 
 @dataclass(frozen=True)
@@ -120,40 +131,6 @@ def timed_loop(step: Callable[[], Any], sync: Callable[[], None], seconds: float
         batch = max(1, min(batch, int(left / per_call[-1]) if per_call[-1] > 0 else batch))
     per_call.sort()
     return calls, elapsed, per_call[len(per_call) // 2]
-
-
-def tree_cpu_seconds(root: int | None = None) -> float | None:
-    """CPU seconds used so far by process ``root`` (default: this one) and every live
-    descendant (worker processes, a forkserver and its children), read from /proc."""
-    root = os.getpid() if root is None else root
-    parent: dict[int, int] = {}
-    used: dict[int, float] = {}
-    try:
-        names = os.listdir("/proc")
-    except OSError:  # not Linux
-        return None
-    tick = os.sysconf("SC_CLK_TCK")
-    for name in names:
-        if not name.isdigit():
-            continue
-        try:
-            with open(f"/proc/{name}/stat") as f:
-                fields = f.read().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
-            continue  # gone meanwhile
-        pid = int(name)
-        parent[pid] = int(fields[1])
-        used[pid] = (int(fields[11]) + int(fields[12])) / tick  # utime + stime
-    if root not in used:
-        return None
-    total = 0.0
-    for pid in used:
-        p = pid
-        while p > 1 and p != root:
-            p = parent.get(p, 0)
-        if p == root:
-            total += used[pid]
-    return total
 
 
 def _is_tensor(x: Any) -> bool:
@@ -283,8 +260,8 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
                               "threads": spec.threads, "device": "cpu"}
     native = spec.backend in NATIVE_BACKENDS
-    if is_chess(spec.reference_id):  # what the caller gets each ply (like for like)
-        result.update(fairness(spec.backend, spec.options))
+    if spec.reference_id in ROW_FIELDS:  # e.g. what the caller gets each ply (like for like)
+        result.update(ROW_FIELDS[spec.reference_id](spec.backend, spec.options))
     executor = spec.backend in EXECUTOR_BACKENDS
     t0 = time.perf_counter()
     _import_for(spec.backend)
@@ -305,7 +282,8 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         env = envfleet.make(env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
                             **options)
         # Chess-v0: the boards start at the bench positions, as the peers' do
-        reset_options = native_reset_options(spec.env_id, spec.num_envs) if native else None
+        reset_options = (RESET_OPTIONS[spec.env_id](spec.num_envs)
+                         if native and spec.env_id in RESET_OPTIONS else None)
         reset, step_env, batched_actions, close = (
             lambda: env.reset(seed=spec.seed, options=reset_options)[0], env.step,
             env.action_space, env.close)
@@ -427,13 +405,10 @@ def measure_one(spec: PointSpec) -> dict[str, Any]:
     try:
         for module in spec.imports:
             importlib.import_module(module)
-        if spec.backend in PERFT_SERIES:
-            from envfleet.bench.chess import measure_perft
-
-            return measure_perft(spec)
-        if spec.threads is None and _thread_sweep(spec.backend):
-            return measure_best_threads(spec)
-        return measure(spec)
+        command = SERIES.get(spec.backend) or (
+            measure_best_threads if spec.threads is None and _thread_sweep(spec.backend)
+            else measure)
+        return command(spec)
     except Exception as error:  # reported as a failure row by the parent
         return {"backend": spec.backend, "num_envs": spec.num_envs, "threads": spec.threads,
                 "status": "failed", "error": f"{type(error).__name__}: {error}",
@@ -452,32 +427,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 # --- parent side --------------------------------------------------------------------------------
-
-
-def cpu_seconds() -> tuple[float, float] | None:
-    """(busy CPU seconds of the whole machine, CPU seconds of this process and its children)."""
-    try:
-        with open("/proc/stat") as f:
-            fields = [int(v) for v in f.readline().split()[1:]]
-        import resource
-    except (OSError, ValueError, ImportError):  # not Linux
-        return None
-    idle = fields[3] + (fields[4] if len(fields) > 4 else 0)  # idle + iowait
-    busy = (sum(fields[:8]) - idle) / os.sysconf("SC_CLK_TCK")  # up to steal, not guests
-    ours = 0.0
-    for who in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN):
-        usage = resource.getrusage(who)
-        ours += usage.ru_utime + usage.ru_stime
-    return busy, ours
-
-
-def background_load(before: tuple[float, float] | None, after: tuple[float, float] | None,
-                    wall: float) -> float | None:
-    """Cores kept busy by other processes (or the hypervisor) while a point ran."""
-    if before is None or after is None or wall <= 0:
-        return None
-    others = (after[0] - before[0]) - (after[1] - before[1])
-    return round(max(others, 0.0) / wall, 2)
 
 
 def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None
@@ -506,4 +455,8 @@ def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # run as ``-m``, this file is ``__main__``, a second copy: the registered tables (SERIES,
+    # ROW_FIELDS, RESET_OPTIONS: bench/chess fills them) are the imported module's
+    from envfleet.bench.measure import main as registered_main
+
+    sys.exit(registered_main())

@@ -12,7 +12,7 @@ runs the native kernel in each actor). ``ray`` is measured only when asked for (
 starts a local Ray instance of its own).
 
 ``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx) at
-smaller num_envs, then perft nodes/s (``bench/chess.py``); its peers still run when this
+smaller num_envs, then perft nodes/s (``bench/chess/``); its peers still run when this
 envfleet has no Chess-v0 yet.
 """
 
@@ -68,7 +68,7 @@ from envfleet.bench.report import (
     rich_tables,
 )
 from envfleet.bench.studies import STUDIES
-from envfleet.cli import CommandError, check_output
+from envfleet.command import CommandError, check_output
 from envfleet.registry import _native_name  # make()'s lookup
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)

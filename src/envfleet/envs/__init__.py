@@ -1,6 +1,8 @@
 """The native env families, one module each (a package for chess): each declares its
 ``NativeEnvSpec`` and kernels, and touches no engine internals. ``FAMILIES`` lists them, by
-id; a new family is one module here and one entry below."""
+id; a new family is one module here and one entry below. ``NATIVE_ENVS`` is every family
+``make`` knows: these, then users' (``registry.register_native_env`` adds them); it lives here,
+below the executors, so that a Ray actor finds a family by id without the registry."""
 
 from envfleet.envs import (
     acrobot,
@@ -16,4 +18,7 @@ FAMILIES: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (
     cartpole.SPEC, acrobot.SPEC, mountain_car.SPEC, pendulum.SPEC, mountain_car_continuous.SPEC,
     chess.SPEC)}
 
-__all__ = ["FAMILIES"]
+#: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
+NATIVE_ENVS: dict[str, NativeEnvSpec] = dict(FAMILIES)
+
+__all__ = ["FAMILIES", "NATIVE_ENVS"]

@@ -24,6 +24,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envfleet.native import tensor_math
+from envfleet.native.elementwise import clip, cos, dual, sin, where
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
@@ -114,7 +115,7 @@ def make_params(*, torque_noise_max: float = 0.0, book_or_nips: str = "book") ->
 _HIGH = np.array([1.0, 1.0, 1.0, 1.0, MAX_VEL_1, MAX_VEL_2], dtype=np.float32)
 
 
-@kernel_function
+@dual(lambda x: _square_batch(x))
 def _square(x: float) -> float:
     """``x**2`` as NumPy computes it for a float64 scalar: libm's ``pow(x, 2.0)``.
 
@@ -134,17 +135,18 @@ def _square(x: float) -> float:
 
 
 @kernel_function
-def _dsdt(p: Any, a: float, theta1: float, theta2: float, dtheta1: float, dtheta2: float):
-    """``AcrobotEnv._dsdt``: (dtheta1, dtheta2, ddtheta1, ddtheta2) at a state, torque ``a``."""
-    cos_theta2 = math.cos(theta2)
-    sin_theta2 = math.sin(theta2)
+def _dsdt(p: Any, a: Any, theta1: Any, theta2: Any, dtheta1: Any, dtheta2: Any) -> tuple:
+    """``AcrobotEnv._dsdt``: (dtheta1, dtheta2, ddtheta1, ddtheta2) at a state, torque ``a``;
+    one env's numbers in the kernels, whole batches in the torch form (``elementwise``)."""
+    cos_theta2 = cos(theta2)
+    sin_theta2 = sin(theta2)
     d1 = p.m1_lc1_sq + p.m2 * (p.l1_sq_lc2_sq + p.two_l1_lc2 * cos_theta2) + p.i1 + p.i2
     d2 = p.m2 * (p.lc2_sq + p.l1_lc2 * cos_theta2) + p.i2
-    phi2 = p.m2_lc2_g * math.cos(theta1 + theta2 - math.pi / 2.0)
+    phi2 = p.m2_lc2_g * cos(theta1 + theta2 - math.pi / 2.0)
     phi1 = (
         p.neg_m2_l1_lc2 * _square(dtheta2) * sin_theta2
         - p.two_m2_l1_lc2 * dtheta2 * dtheta1 * sin_theta2
-        + p.m1lc1_m2l1_g * math.cos(theta1 - math.pi / 2)
+        + p.m1lc1_m2l1_g * cos(theta1 - math.pi / 2)
         + phi2
     )
     if p.book:
@@ -157,7 +159,7 @@ def _dsdt(p: Any, a: float, theta1: float, theta2: float, dtheta1: float, dtheta
     return dtheta1, dtheta2, ddtheta1, ddtheta2
 
 
-@kernel_function
+@dual(lambda x, m, big_m: _wrap_batch(x, m, big_m))
 def _wrap(x: float, m: float, big_m: float) -> float:
     """Gymnasium's ``wrap``."""
     diff = big_m - m
@@ -169,10 +171,26 @@ def _wrap(x: float, m: float, big_m: float) -> float:
 
 
 @kernel_function
-def _bound(x: float, m: float, big_m: float) -> float:
-    """Gymnasium's ``bound``: Python's ``min(max(x, m), M)``."""
-    y = m if m > x else x
-    return big_m if big_m < y else y
+def _integrate(p: Any, torque: Any, y0: Any, y1: Any, y2: Any, y3: Any) -> tuple:
+    """``AcrobotEnv.step``'s integration: RK4 over ``dt`` (the torque's derivative is 0.0:
+    ``y4 + h * 0.0 == torque`` all along), then ``wrap`` and ``bound`` (``min(max(x, m), M)``:
+    ``clip``); the new (theta1, theta2, dtheta1, dtheta2)."""
+    h, h2 = p.dt, p.dt2
+    a1, b1, c1, d1 = _dsdt(p, torque, y0, y1, y2, y3)
+    a2, b2, c2, d2 = _dsdt(p, torque, y0 + h2 * a1, y1 + h2 * b1, y2 + h2 * c1, y3 + h2 * d1)
+    a3, b3, c3, d3 = _dsdt(p, torque, y0 + h2 * a2, y1 + h2 * b2, y2 + h2 * c2, y3 + h2 * d2)
+    a4, b4, c4, d4 = _dsdt(p, torque, y0 + h * a3, y1 + h * b3, y2 + h * c3, y3 + h * d3)
+    return (_wrap(y0 + p.dt6 * (a1 + 2 * a2 + 2 * a3 + a4), -math.pi, math.pi),
+            _wrap(y1 + p.dt6 * (b1 + 2 * b2 + 2 * b3 + b4), -math.pi, math.pi),
+            clip(y2 + p.dt6 * (c1 + 2 * c2 + 2 * c3 + c4), -MAX_VEL_1, MAX_VEL_1),
+            clip(y3 + p.dt6 * (d1 + 2 * d2 + 2 * d3 + d4), -MAX_VEL_2, MAX_VEL_2))
+
+
+@kernel_function
+def _outcome(cos_theta1: Any, theta1: Any, theta2: Any) -> tuple[Any, Any]:
+    """``(terminated, reward)``: the tip above the line, reward 0 there and -1 elsewhere."""
+    done = -cos_theta1 - cos(theta2 + theta1) > 1.0
+    return done, where(done, 0.0, -1.0)
 
 
 @kernel_function
@@ -208,17 +226,8 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     torque = -1.0 if a == 0 else (0.0 if a == 1 else 1.0)  # AVAIL_TORQUE[a]
     if p.torque_noise_max > 0:
         torque += env_uniform(rng, i, NOISE_DRAW, -p.torque_noise_max, p.torque_noise_max)
-    y0, y1, y2, y3 = theta1_[i], theta2_[i], dtheta1_[i], dtheta2_[i]
-    h, h2 = p.dt, p.dt2
-    # the torque's derivative is 0.0: y4 + h * 0.0 == torque all along
-    a1, b1, c1, d1 = _dsdt(p, torque, y0, y1, y2, y3)
-    a2, b2, c2, d2 = _dsdt(p, torque, y0 + h2 * a1, y1 + h2 * b1, y2 + h2 * c1, y3 + h2 * d1)
-    a3, b3, c3, d3 = _dsdt(p, torque, y0 + h2 * a2, y1 + h2 * b2, y2 + h2 * c2, y3 + h2 * d2)
-    a4, b4, c4, d4 = _dsdt(p, torque, y0 + h * a3, y1 + h * b3, y2 + h * c3, y3 + h * d3)
-    theta1 = _wrap(y0 + p.dt6 * (a1 + 2 * a2 + 2 * a3 + a4), -math.pi, math.pi)
-    theta2 = _wrap(y1 + p.dt6 * (b1 + 2 * b2 + 2 * b3 + b4), -math.pi, math.pi)
-    dtheta1 = _bound(y2 + p.dt6 * (c1 + 2 * c2 + 2 * c3 + c4), -MAX_VEL_1, MAX_VEL_1)
-    dtheta2 = _bound(y3 + p.dt6 * (d1 + 2 * d2 + 2 * d3 + d4), -MAX_VEL_2, MAX_VEL_2)
+    theta1, theta2, dtheta1, dtheta2 = _integrate(p, torque, theta1_[i], theta2_[i],
+                                                  dtheta1_[i], dtheta2_[i])
     theta1_[i] = theta1
     theta2_[i] = theta2
     dtheta1_[i] = dtheta1
@@ -230,9 +239,9 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     obs[i, 3] = np.float32(math.sin(theta2))
     obs[i, 4] = np.float32(dtheta1)
     obs[i, 5] = np.float32(dtheta2)
-    done = -cos_theta1 - math.cos(theta2 + theta1) > 1.0
+    done, reward = _outcome(cos_theta1, theta1, theta2)
     terminated[i] = done
-    rewards[i] = 0.0 if done else -1.0
+    rewards[i] = reward
 
 
 # --- torch: the same dynamics over the whole batch ------------------------------------------
@@ -255,50 +264,34 @@ def _libm_square_loop() -> Any:
 _SQUARE_LOOP: list[Any] = []
 
 
-def _square_torch(x: Any) -> Any:
-    """``_square`` on a float64 tensor: libm-exact on CPU, ``x * x`` elsewhere."""
-    import torch
-
-    if x.device.type != "cpu":
+def _square_batch(x: Any) -> Any:
+    """``_square`` over a float64 tensor or array: libm-exact on CPU, ``x * x`` elsewhere."""
+    if not isinstance(x, np.ndarray) and x.device.type != "cpu":
         return x * x
     if not _SQUARE_LOOP:
         _SQUARE_LOOP.append(_libm_square_loop())
+    if isinstance(x, np.ndarray):
+        return _SQUARE_LOOP[0](np.ascontiguousarray(x))
+    import torch
+
     return torch.from_numpy(_SQUARE_LOOP[0](x.contiguous().numpy()))
 
 
-def _dsdt_torch(p: Any, a: Any, y: Any) -> Any:
-    """``_dsdt`` for every env: ``y`` is (4, num_envs); returns the (4, num_envs) derivative."""
-    import torch
-
-    theta1, theta2, dtheta1, dtheta2 = y
-    cos_theta2 = tensor_math.cos(theta2)
-    sin_theta2 = tensor_math.sin(theta2)
-    d1 = p.m1_lc1_sq + p.m2 * (p.l1_sq_lc2_sq + p.two_l1_lc2 * cos_theta2) + p.i1 + p.i2
-    d2 = p.m2 * (p.lc2_sq + p.l1_lc2 * cos_theta2) + p.i2
-    phi2 = p.m2_lc2_g * tensor_math.cos(theta1 + theta2 - math.pi / 2.0)
-    phi1 = (
-        p.neg_m2_l1_lc2 * _square_torch(dtheta2) * sin_theta2
-        - p.two_m2_l1_lc2 * dtheta2 * dtheta1 * sin_theta2
-        + p.m1lc1_m2l1_g * tensor_math.cos(theta1 - math.pi / 2)
-        + phi2
-    )
-    numerator = a + d2 / d1 * phi1
-    if p.book:
-        numerator = numerator - p.m2_l1_lc2 * _square_torch(dtheta1) * sin_theta2
-    ddtheta2 = (numerator - phi2) / (p.m2_lc2_sq + p.i2 - _square_torch(d2) / d1)
-    ddtheta1 = -(d2 * ddtheta2 + phi1) / d1
-    return torch.stack((dtheta1, dtheta2, ddtheta1, ddtheta2))
-
-
-def _wrap_torch(x: Any, m: float, big_m: float) -> Any:
-    import torch
-
+def _wrap_batch(x: Any, m: float, big_m: float) -> Any:
+    """``_wrap`` over a tensor or array: each loop runs while any env needs it."""
+    xp = np if isinstance(x, np.ndarray) else _torch()
     diff = big_m - m
     while bool((x > big_m).any()):
-        x = torch.where(x > big_m, x - diff, x)
+        x = xp.where(x > big_m, x - diff, x)
     while bool((x < m).any()):
-        x = torch.where(x < m, x + diff, x)
+        x = xp.where(x < m, x + diff, x)
     return x
+
+
+def _torch() -> Any:
+    import torch
+
+    return torch
 
 
 def _write_obs_torch(state: Any, obs: Any) -> Any:
@@ -326,7 +319,7 @@ def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
-    """``step_one`` for every env at once."""
+    """``step_one`` for every env at once: ``_integrate`` over the whole batch."""
     import torch
 
     p = params
@@ -334,21 +327,11 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     if p.torque_noise_max > 0:
         torque = torque + env_uniform_torch(rng, NOISE_DRAW, -p.torque_noise_max,
                                             p.torque_noise_max)
-    y0 = torch.stack(tuple(state))
-    k1 = _dsdt_torch(p, torque, y0)
-    k2 = _dsdt_torch(p, torque, y0 + p.dt2 * k1)
-    k3 = _dsdt_torch(p, torque, y0 + p.dt2 * k2)
-    k4 = _dsdt_torch(p, torque, y0 + p.dt * k3)
-    ns = y0 + p.dt6 * (k1 + 2 * k2 + 2 * k3 + k4)
-    theta1, theta2, dtheta1, dtheta2 = state
-    theta1.copy_(_wrap_torch(ns[0], -math.pi, math.pi))
-    theta2.copy_(_wrap_torch(ns[1], -math.pi, math.pi))
-    # Python's min(max(x, m), M) for finite x is clamp
-    dtheta1.copy_(ns[2].clamp(-MAX_VEL_1, MAX_VEL_1))
-    dtheta2.copy_(ns[3].clamp(-MAX_VEL_2, MAX_VEL_2))
-    cos_theta1 = _write_obs_torch(state, obs)
-    terminated.copy_(-cos_theta1 - tensor_math.cos(theta2 + theta1) > 1.0)
-    rewards.copy_(torch.where(terminated, 0.0, -1.0))
+    for column, values in zip(state, _integrate(p, torque, *state), strict=True):
+        column.copy_(values)
+    done, reward = _outcome(_write_obs_torch(state, obs), state.theta1, state.theta2)
+    terminated.copy_(done)
+    rewards.copy_(reward)
 
 
 def _reference_env(params: AcrobotParams) -> Any:

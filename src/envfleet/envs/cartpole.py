@@ -13,7 +13,8 @@ import numpy as np
 from gymnasium import spaces
 
 from envfleet.native import tensor_math
-from envfleet.native.jit import kernel_function
+from envfleet.native.elementwise import cos, sin, where
+from envfleet.native.jit import kernel_function, step_rows
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniforms_torch
 from envfleet.native.spec import NativeEnvSpec, finite_param, physics_param
@@ -112,33 +113,47 @@ def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 
 @kernel_function
-def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
-             rewards: Any, terminated: Any) -> None:
-    """One step of ``CartPoleEnv.step`` for env i."""
-    x_, x_dot_, theta_, theta_dot_ = state
-    p = params
-    x = x_[i]
-    x_dot = x_dot_[i]
-    theta = theta_[i]
-    theta_dot = theta_dot_[i]
-    force = p.force_mag if actions[i] == 1 else -p.force_mag
-    costheta = math.cos(theta)
-    sintheta = math.sin(theta)
+def dynamics(p: Any, x: Any, x_dot: Any, theta: Any, theta_dot: Any,
+             force: Any) -> tuple[Any, Any, Any, Any]:
+    """``CartPoleEnv.step``'s physics: the state after one step under ``force``, in
+    Gymnasium's order. Written once (``elementwise``): env i's numbers in the kernels, whole
+    batches in the torch form, chained passes in the workload study."""
+    costheta = cos(theta)
+    sintheta = sin(theta)
     temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
     thetaacc = (p.gravity * sintheta - costheta * temp) / (
         p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass)
     )
     xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
     if p.euler:
-        x = x + p.tau * x_dot
-        x_dot = x_dot + p.tau * xacc
-        theta = theta + p.tau * theta_dot
-        theta_dot = theta_dot + p.tau * thetaacc
-    else:
-        x_dot = x_dot + p.tau * xacc
-        x = x + p.tau * x_dot
-        theta_dot = theta_dot + p.tau * thetaacc
-        theta = theta + p.tau * theta_dot
+        return (x + p.tau * x_dot, x_dot + p.tau * xacc, theta + p.tau * theta_dot,
+                theta_dot + p.tau * thetaacc)
+    x_dot = x_dot + p.tau * xacc
+    theta_dot = theta_dot + p.tau * thetaacc
+    return x + p.tau * x_dot, x_dot, theta + p.tau * theta_dot, theta_dot
+
+
+@kernel_function
+def outcome(p: Any, x: Any, theta: Any) -> tuple[Any, Any]:
+    """``(terminated, reward)`` at the new state: out of bounds (NaN included); reward 1, or
+    with ``sutton_barto_reward`` -1 on termination and 0 otherwise."""
+    done = (
+        (x < -p.x_threshold)
+        | (x > p.x_threshold)
+        | (theta < -p.theta_threshold_radians)
+        | (theta > p.theta_threshold_radians)
+    )
+    return done, where(done, -1.0, 0.0) if p.sutton_barto_reward else 1.0
+
+
+@kernel_function
+def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
+             rewards: Any, terminated: Any) -> None:
+    """One step of ``CartPoleEnv.step`` for env i."""
+    x_, x_dot_, theta_, theta_dot_ = state
+    p = params
+    force = p.force_mag if actions[i] == 1 else -p.force_mag
+    x, x_dot, theta, theta_dot = dynamics(p, x_[i], x_dot_[i], theta_[i], theta_dot_[i], force)
     x_[i] = x
     x_dot_[i] = x_dot
     theta_[i] = theta
@@ -147,23 +162,15 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     obs[i, 1] = np.float32(x_dot)
     obs[i, 2] = np.float32(theta)
     obs[i, 3] = np.float32(theta_dot)
-    done = (
-        (x < -p.x_threshold)
-        | (x > p.x_threshold)
-        | (theta < -p.theta_threshold_radians)
-        | (theta > p.theta_threshold_radians)
-    )
+    done, reward = outcome(p, x, theta)
     terminated[i] = done
-    if p.sutton_barto_reward:
-        rewards[i] = -1.0 if done else 0.0
-    else:
-        rewards[i] = 1.0
+    rewards[i] = reward
 
 
 # --- torch: the same dynamics over the whole batch ------------------------------------------
-# One body for CPU tensors (run on NumPy views of them: ``tensor_math.host_arrays``) and other
-# devices (torch ops): in-place operators on as few temporaries as possible, each in Gymnasium's
-# order (a * b and b * a round alike, as do a - b and -(b - a)).
+# CPU tensors run as NumPy views of them (``tensor_math.host_arrays``); the step there is the
+# kernel itself, compiled over the rows (``_step_host``); other devices run ``dynamics`` on
+# tensors.
 
 
 @tensor_math.takes_arrays
@@ -188,174 +195,59 @@ def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
 def _signed_force(force_mag: Any, actions: Any) -> Any:
     """``force_mag if action == 1 else -force_mag`` per env, a float64 tensor (Discrete(2)
     actions are checked to be 0 or 1): a lookup in a 2-entry table, ~5x faster than ``where``."""
-    torch = _torch()
-    if not isinstance(force_mag, float):  # one per env
-        return torch.where(actions == 1, force_mag, -force_mag)
-    return _force_table(force_mag, actions.device).index_select(0, actions)
-
-
-def _force_table(force_mag: float, device: Any = None) -> Any:
-    """``[-force_mag, force_mag]`` (indexed by the action): an array, or a tensor on
-    ``device``."""
-    table = _FORCES.get((force_mag, device))
-    if table is None:
-        table = np.array([-force_mag, force_mag])
-        if device is not None:
-            table = _torch().from_numpy(table).to(device)
-        _FORCES[(force_mag, device)] = table
-    return table
-
-
-_FORCES: dict[tuple, Any] = {}
-
-
-def _torch() -> Any:
     import torch
 
-    return torch
+    if not isinstance(force_mag, float):  # one per env
+        return torch.where(actions == 1, force_mag, -force_mag)
+    table = _FORCES.get((force_mag, actions.device))
+    if table is None:
+        table = torch.tensor([-force_mag, force_mag], dtype=torch.float64, device=actions.device)
+        _FORCES[(force_mag, actions.device)] = table
+    return table.index_select(0, actions)
+
+
+#: (force_mag, device) -> ``[-force_mag, force_mag]``, indexed by the action
+_FORCES: dict[tuple, Any] = {}
 
 
 @tensor_math.takes_arrays
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
-    """``step_one`` for every env at once."""
+    """``step_one`` for every env at once: ``dynamics`` over the whole batch; on the host,
+    ``step_one`` itself, compiled over the rows (``_step_host``)."""
     if tensor_math.on_host(obs):
         if not isinstance(obs, np.ndarray):
             state, params, actions, obs, rewards, terminated = tensor_math.host_arrays(
                 (state, params, actions, obs, rewards, terminated))
         _step_host(state, params, actions, obs, rewards, terminated)
         return
-    torch = _torch()
     p = params
-    x, x_dot, theta, theta_dot = state
     force = _signed_force(p.force_mag, actions)
-    sintheta, costheta = tensor_math.sin_cos(theta)
-    # temp = (force + polemass_length * theta_dot ** 2 * sintheta) / total_mass
-    temp = theta_dot * theta_dot
-    temp *= p.polemass_length
-    temp *= sintheta
-    temp += force
-    temp /= p.total_mass
-    # thetaacc = (gravity * sintheta - costheta * temp)
-    #            / (length * (4 / 3 - masspole * costheta ** 2 / total_mass))
-    denominator = costheta * costheta
-    denominator *= p.masspole
-    denominator /= p.total_mass
-    denominator = 4.0 / 3.0 - denominator
-    denominator *= p.length
-    thetaacc = sintheta
-    thetaacc *= p.gravity
-    thetaacc -= costheta * temp
-    thetaacc /= denominator
-    # xacc = temp - polemass_length * thetaacc * costheta / total_mass
-    xacc = thetaacc * p.polemass_length
-    xacc *= costheta
-    xacc /= p.total_mass
-    xacc = torch.subtract(temp, xacc, out=temp)
-    if p.euler:
-        x += x_dot * p.tau
-        xacc *= p.tau
-        x_dot += xacc
-        theta += theta_dot * p.tau
-        thetaacc *= p.tau
-        theta_dot += thetaacc
-    else:
-        xacc *= p.tau
-        x_dot += xacc
-        x += x_dot * p.tau
-        thetaacc *= p.tau
-        theta_dot += thetaacc
-        theta += theta_dot * p.tau
-    for k, column in enumerate(state):
-        obs[:, k] = column
-    # |x| > t is (x < -t) | (x > t), NaN included
-    torch.logical_or(torch.abs(x) > p.x_threshold, torch.abs(theta) > p.theta_threshold_radians,
-                     out=terminated)
-    if p.sutton_barto_reward:
-        rewards[...] = -1.0
-        rewards[~terminated] = 0.0
-    else:
-        rewards[...] = 1.0
+    new = dynamics(p, *state, force)
+    for k, (column, values) in enumerate(zip(state, new, strict=True)):
+        column.copy_(values)
+        obs[:, k] = values
+    done, reward = outcome(p, state[0], state[2])
+    terminated.copy_(done)
+    rewards[...] = reward
 
 
-#: the largest batch ``_step_host`` steps row by row
+#: the largest batch ``_step_host`` steps row by row in Python
 _SCALAR_ROWS = 6
-
-
-def _shared_params(p: CartPoleParams) -> bool:
-    """Whether every env has the same physics (no per-env arrays: ``step_one`` can read ``p``;
-    ``masspole`` and ``masscart`` are in ``total_mass``, ``length`` in ``polemass_length``)."""
-    return all(isinstance(v, float) for v in (p.gravity, p.total_mass, p.polemass_length,
-                                              p.force_mag))
 
 
 def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.ndarray,
                rewards: np.ndarray, terminated: np.ndarray) -> None:
-    """``step_torch`` on NumPy arrays: every op writes into the state or into work arrays kept
-    with ``obs`` (no temporaries), each in Gymnasium's order. A few envs run ``step_one`` in
-    Python instead (its NumPy scalars round as the arrays do): ~40 array calls cost ~30 us
-    whatever the batch, a row ~4 us."""
-    if len(obs) <= _SCALAR_ROWS and _shared_params(p):
+    """``step_torch`` on NumPy arrays: ``step_one`` over the rows, compiled (``jit.step_rows``;
+    ``dynamics`` over whole arrays, each op a pass through memory with its temporary, took ~3x
+    as long at 65,536 envs). A few envs run ``step_one`` in Python instead (its NumPy scalars
+    round as the compiled code does): ~4 us a row, and no compile for tiny batches."""
+    if len(obs) <= _SCALAR_ROWS and all(isinstance(v, float) for v in (
+            p.gravity, p.total_mass, p.polemass_length, p.force_mag)):  # one physics for all
         for i in range(len(obs)):
             step_one(i, state, p, actions, None, obs, rewards, terminated)
         return
-    x, x_dot, theta, theta_dot = state
-    s, c, temp, d, f, h = tensor_math.scratch(obs, 6)
-    flag = tensor_math.scratch(obs, 1, np.bool_)[0]
-    if isinstance(p.force_mag, float):  # force_mag if action == 1 else -force_mag
-        np.take(_force_table(p.force_mag), actions, out=f, mode="clip")  # 0 or 1
-    else:  # one per env
-        np.copyto(f, np.where(actions == 1, p.force_mag, -p.force_mag))
-    tensor_math.sin_cos(theta, out=(s, c))
-    # temp = (force + polemass_length * theta_dot ** 2 * sintheta) / total_mass
-    np.square(theta_dot, out=temp)
-    temp *= p.polemass_length
-    temp *= s
-    temp += f
-    temp /= p.total_mass
-    # thetaacc = (gravity * sintheta - costheta * temp)
-    #            / (length * (4 / 3 - masspole * costheta ** 2 / total_mass))
-    np.square(c, out=d)
-    d *= p.masspole
-    d /= p.total_mass
-    np.subtract(4.0 / 3.0, d, out=d)
-    d *= p.length
-    np.multiply(s, p.gravity, out=h)
-    np.multiply(c, temp, out=f)  # (force is spent)
-    h -= f
-    h /= d
-    # xacc = temp - polemass_length * thetaacc * costheta / total_mass
-    np.multiply(h, p.polemass_length, out=f)
-    f *= c
-    f /= p.total_mass
-    np.subtract(temp, f, out=f)
-    if p.euler:
-        np.multiply(x_dot, p.tau, out=temp)
-        x += temp
-        f *= p.tau
-        x_dot += f
-        np.multiply(theta_dot, p.tau, out=temp)
-        theta += temp
-        h *= p.tau
-        theta_dot += h
-    else:
-        f *= p.tau
-        x_dot += f
-        np.multiply(x_dot, p.tau, out=temp)
-        x += temp
-        h *= p.tau
-        theta_dot += h
-        np.multiply(theta_dot, p.tau, out=temp)
-        theta += temp
-    for column, values in zip(obs.T, state, strict=True):  # 3x quicker than obs[...] = S.T
-        column[...] = values
-    # |x| > t is (x < -t) | (x > t), NaN included
-    np.greater(np.abs(x, out=temp), p.x_threshold, out=terminated)
-    terminated |= np.greater(np.abs(theta, out=temp), p.theta_threshold_radians, out=flag)
-    if p.sutton_barto_reward:  # -1.0 if terminated else 0.0
-        np.subtract(0.0, terminated, out=rewards)
-    else:
-        rewards.fill(1.0)
+    step_rows(step_one, p, SPEC.id)(state, p, actions, None, obs, rewards, terminated)
 
 
 def _reference_env(params: CartPoleParams) -> Any:

@@ -12,7 +12,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native import tensor_math
+from envfleet.native.elementwise import clip, cos, where
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
@@ -78,24 +78,29 @@ def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 
 @kernel_function
+def dynamics(p: Any, position: Any, velocity: Any, direction: Any) -> tuple[Any, Any, Any]:
+    """``MountainCarEnv.step``'s physics, pushed by ``direction`` (action - 1): the new
+    (position, velocity, terminated). One env's numbers in the kernels, whole batches in the
+    torch form (``elementwise``)."""
+    velocity = velocity + (direction * p.force + cos(3 * position) * (-p.gravity))
+    velocity = clip(velocity, -p.max_speed, p.max_speed)  # np.clip
+    position = clip(position + velocity, p.min_position, p.max_position)
+    velocity = where((position == p.min_position) & (velocity < 0), 0.0, velocity)
+    done = (position >= p.goal_position) & (velocity >= p.goal_velocity)
+    return position, velocity, done
+
+
+@kernel_function
 def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
              rewards: Any, terminated: Any) -> None:
     """One step of ``MountainCarEnv.step`` for env i."""
-    p = params
     position_, velocity_ = state
-    position = position_[i]
-    velocity = velocity_[i]
-    velocity += (actions[i] - 1) * p.force + math.cos(3 * position) * (-p.gravity)
-    velocity = min(max(velocity, -p.max_speed), p.max_speed)  # np.clip
-    position += velocity
-    position = min(max(position, p.min_position), p.max_position)
-    if position == p.min_position and velocity < 0:
-        velocity = 0.0
+    position, velocity, done = dynamics(params, position_[i], velocity_[i], actions[i] - 1)
     position_[i] = position
     velocity_[i] = velocity
     obs[i, 0] = np.float32(position)
     obs[i, 1] = np.float32(velocity)
-    terminated[i] = position >= p.goal_position and velocity >= p.goal_velocity
+    terminated[i] = done
     rewards[i] = -1.0
 
 
@@ -116,19 +121,14 @@ def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
-    """``step_one`` for every env at once."""
-    p = params
+    """``step_one`` for every env at once: ``dynamics`` over the whole batch."""
     position, velocity = state
-    push = (actions - 1).to(position.dtype) * p.force
-    v = velocity + (push + tensor_math.cos(3 * position) * (-p.gravity))
-    v = v.clamp(-p.max_speed, p.max_speed)
-    x = (position + v).clamp(p.min_position, p.max_position)
-    v = v.masked_fill((x == p.min_position) & (v < 0), 0.0)
+    x, v, done = dynamics(params, position, velocity, (actions - 1).to(position.dtype))
     position.copy_(x)
     velocity.copy_(v)
     obs[:, 0] = x
     obs[:, 1] = v
-    terminated.copy_((x >= p.goal_position) & (v >= p.goal_velocity))
+    terminated.copy_(done)
     rewards.fill_(-1.0)
 
 

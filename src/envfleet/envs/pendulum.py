@@ -16,6 +16,7 @@ import numpy as np
 from gymnasium import spaces
 
 from envfleet.native import tensor_math
+from envfleet.native.elementwise import angle_normalize, clip, mul32, sin
 from envfleet.native.jit import kernel_function
 from envfleet.native.render import ReferenceRenderer
 from envfleet.native.rng import env_uniform, env_uniform_torch
@@ -60,27 +61,29 @@ def reset_one(i: int, state: Any, params: Any, rng: Any, obs: Any) -> None:
 
 
 @kernel_function
+def dynamics(p: Any, th: Any, thdot: Any, u: Any) -> tuple[Any, Any, Any]:
+    """``PendulumEnv.step``'s physics under the clipped float32 torque ``u``: the new
+    (theta, theta_dot) and the cost. One env's numbers in the kernels, whole batches in the
+    torch form (``elementwise``); the float32 products widened explicitly (``mul32``)."""
+    normalized = angle_normalize(th)
+    costs = normalized * normalized + 0.1 * (thdot * thdot) + mul32(0.001, u * u)
+    newthdot = thdot + (3 * p.g / (2 * p.l) * sin(th) + mul32(3.0 / (p.m * p.l * p.l), u)) * p.dt
+    newthdot = clip(newthdot, -p.max_speed, p.max_speed)
+    return th + newthdot * p.dt, newthdot, costs
+
+
+@kernel_function
 def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
              rewards: Any, terminated: Any) -> None:
     """One step of ``PendulumEnv.step`` for env i."""
     theta, theta_dot = state
     p = params
-    th = theta[i]
-    thdot = theta_dot[i]
     u = actions[i, 0]  # float32, as np.clip(u, -max_torque, max_torque)[0] keeps it
     if u < -p.max_torque:
         u = np.float32(-p.max_torque)
     elif u > p.max_torque:
         u = np.float32(p.max_torque)
-    normalized = ((th + np.pi) % (2 * np.pi)) - np.pi  # angle_normalize(th)
-    # the float32 products widened explicitly: a Python float (math.sin's result, under the
-    # CUDA simulator) plus a float32 would stay float32 in NumPy
-    costs = (normalized * normalized + 0.1 * (thdot * thdot)
-             + np.float64(np.float32(0.001) * (u * u)))
-    newthdot = thdot + (3 * p.g / (2 * p.l) * math.sin(th)
-                        + np.float64(np.float32(3.0 / (p.m * p.l * p.l)) * u)) * p.dt
-    newthdot = min(max(newthdot, -p.max_speed), p.max_speed)
-    newth = th + newthdot * p.dt
+    newth, newthdot, costs = dynamics(p, theta[i], theta_dot[i], u)
     theta[i] = newth
     theta_dot[i] = newthdot
     _write_obs(i, newth, newthdot, obs)
@@ -108,33 +111,13 @@ def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
     _write_obs_torch(state, obs)
 
 
-def angle_normalize_torch(x: Any) -> Any:
-    """``((x + pi) % (2 pi)) - pi`` with Python's (and NumPy's) float modulo: C ``fmod``, then
-    the divisor added to a negative remainder."""
-    import torch
-
-    two_pi = 2 * np.pi
-    mod = torch.fmod(x + np.pi, two_pi)
-    return torch.where(mod < 0, mod + two_pi, mod) - np.pi
-
-
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
-    """``step_one`` for every env at once (``u`` products in float32, as NumPy computes them)."""
-    import torch
-
+    """``step_one`` for every env at once: ``dynamics`` over the whole batch."""
     p = params
     theta, theta_dot = state
     u = actions[:, 0].clamp(-p.max_torque, p.max_torque)  # float32
-    f32 = torch.float32
-    small = torch.tensor(0.001, dtype=f32, device=u.device)  # a 0-dim tensor: stays float32
-    gain = torch.tensor(3.0 / (p.m * p.l * p.l), dtype=f32, device=u.device)
-    normalized = angle_normalize_torch(theta)
-    costs = normalized * normalized + 0.1 * (theta_dot * theta_dot) + (small * (u * u)).double()
-    newthdot = theta_dot + (3 * p.g / (2 * p.l) * tensor_math.sin(theta)
-                            + (gain * u).double()) * p.dt
-    newthdot = newthdot.clamp(-p.max_speed, p.max_speed)
-    newth = theta + newthdot * p.dt
+    newth, newthdot, costs = dynamics(p, theta, theta_dot, u)
     theta.copy_(newth)
     theta_dot.copy_(newthdot)
     rewards.copy_(-costs)

@@ -41,7 +41,6 @@ from envfleet.executors.fleet import (
 from envfleet.executors.group import Infos
 from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
-from envfleet.executors.shared_batch import LOST
 from envfleet.executors.shared_memory import SharedBuffers
 from envfleet.machine import usable_core_ids
 
@@ -162,7 +161,7 @@ class ProcessVectorEnv(ShareFleet):
 
     def _gather(self, workers: list[Worker], phase: str, timeout: float) -> list[bytes]:
         """The replies of ``workers`` (in order), or an EnvWorkerError (after shutting down on
-        a dead or silent worker; with ``restart_failed`` its reply is ``LOST`` instead). An
+        a dead or silent worker; with ``restart_failed`` its reply is ``protocol.LOST`` instead). An
         env's exception is raised once every worker answered."""
         replies: dict[int, bytes] = {}
         waiting = {w.index for w in workers}
@@ -176,7 +175,7 @@ class ProcessVectorEnv(ShareFleet):
                 self._failed(silent, f"did not answer within step_timeout="
                              f"{self.step_timeout:g} s" if phase != "make" else
                              f"did not finish building its envs within {timeout:g} s", phase)
-                replies[silent.index] = LOST
+                replies[silent.index] = protocol.LOST
                 waiting.discard(silent.index)
                 continue
             for fd, _ in events:
@@ -187,7 +186,7 @@ class ProcessVectorEnv(ShareFleet):
                     replies[w.index] = w.conn.recv_bytes()
                 except (EOFError, OSError):
                     self._died(w, phase)
-                    replies[w.index] = LOST
+                    replies[w.index] = protocol.LOST
                     waiting.discard(w.index)
                     break  # the new worker may have the old one's fd: poll again
                 waiting.discard(w.index)

@@ -136,11 +136,14 @@ class ShareRunner:
     def _build(self, payload: Any, restart_failed: bool, options: dict[str, Any]) -> None:
         k = self.stop - self.start
         if self.engine == "numba":
-            from envfleet.registry import make
+            from envfleet.envs import FAMILIES, NATIVE_ENVS
+            from envfleet.native.build import build_native
 
             env_id, env_kwargs, max_steps = payload
-            self.vec = make(env_id, k, backend="numba", autoreset_mode=self.mode, copy=False,
-                            max_episode_steps=max_steps, **options, **env_kwargs)
+            self.vec = build_native(NATIVE_ENVS[env_id], k, "numba", autoreset_mode=self.mode,
+                                    copy=False, max_episode_steps=max_steps,
+                                    check_compile=env_id not in FAMILIES,
+                                    **options, **env_kwargs)
         elif self.engine == "pool":
             self.vec = PoolVectorEnv(payload, autoreset_mode=self.mode, copy=False,
                                      restart_failed=restart_failed, **options)
@@ -361,7 +364,7 @@ def _import_ray() -> Any:
     try:
         import ray
     except ImportError:
-        from envfleet.registry import BackendUnavailableError
+        from envfleet.backends import BackendUnavailableError
 
         raise BackendUnavailableError("backend 'ray' cannot run here: needs ray: pip install "
                                       "'envfleet[ray]'") from None

@@ -32,8 +32,6 @@ if TYPE_CHECKING:
 
 #: room for the name of a worker's info segment (``worker.InfoPublisher``)
 INFO_NAME_BYTES = 64
-#: the stand-in result of a worker lost (and started again) during a batch
-LOST = b"X"
 
 
 class SharedBatch:
@@ -103,7 +101,7 @@ class SharedBatch:
 
     def _segment_part(self, w: Worker, reply: bytes) -> tuple[slice, dict] | None:
         state = self._info_state
-        if state is not None and state[w.index] and reply[:1] != LOST:
+        if state is not None and state[w.index] and reply[:1] != protocol.LOST:
             return (slice(w.start, w.stop), self._shared_infos(w))
         return None
 
@@ -193,7 +191,7 @@ class SharedBatch:
             if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
                 self._read_result(w, phase, replies, said)
         for index in self._lost:
-            replies[index] = LOST
+            replies[index] = protocol.LOST
         ordered = [replies[w.index] for w in workers]
         self._raise_errors(ordered)
         return ordered

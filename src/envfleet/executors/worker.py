@@ -85,6 +85,8 @@ SET_ATTR = b"t"  # cloudpickled (rows, name, values): set an attribute of these 
 RESULT = b"R"  # pickled list: the result of CALL, one per env
 SYNC = b"y"  # 8-byte token: drop the async queue, echo SYNCED + token (after an interrupted call)
 SYNCED = b"Y"
+#: the parent's stand-in for the result of a worker lost (and started again) in a batch
+LOST = b"X"
 #: the exit code of a worker whose start re-imported a main script that builds executors at its
 #: top level (no ``if __name__ == "__main__":`` guard): the parent explains it in one error
 MAIN_REIMPORTED = 87

@@ -7,13 +7,14 @@ functions, and on CPU LLVM inlines them anyway (measured: same speed).
 
 ``announce_compile`` prints one line on stderr when an engine's kernels really compile (the
 first use of an env takes seconds: it should not look hung); a kernel loaded from the on-disk
-cache (``kernel_cache``) is not announced. ``compile_checked``
-compiles a user's family up front and turns numba's typing traceback into a
-``KernelCompileError`` that says what kernel code may do.
+cache (``kernel_cache``) is not announced. ``KernelCompileError`` says what kernel code may
+do, and ``_user_location`` finds the user's line in numba's message (``native/build.py``'s
+``compile_checked`` raises it).
 """
 
 from __future__ import annotations
 
+import functools
 import inspect
 import itertools
 import linecache
@@ -23,7 +24,7 @@ import sys
 from collections.abc import Callable, Hashable
 from typing import Any, TypeVar
 
-from numba.core.errors import NumbaError
+import numpy as np
 from numba.core.typing.templates import builtin_registry
 from numba.extending import register_jitable
 
@@ -104,53 +105,19 @@ def _user_location(message: str) -> str | None:
     return where
 
 
-def _numba_cpu_location(engine: Any) -> str | None:
-    """Where numba CPU fails to compile ``engine``'s family (None: it compiles). numba-cuda's
-    messages often carry no line of the user's code (an allocation, for one); numba CPU
-    compiles the same kernel source under the same rules and names the line."""
-    from envfleet.native.numba_backend import NumbaEngine
-    from envfleet.native.spec import first_env_params
-
-    try:
-        NumbaEngine(engine.spec, 1, engine.mode, first_env_params(engine.spec, engine.params),
-                    engine.max_episode_steps, 1).compile()
-    except NumbaError as error:
-        return _user_location(str(error))
-    return None
-
-
-def compile_checked(engine: Any, env_id: str, backend: str) -> None:
-    """Compile ``engine``'s kernels now; a numba error becomes a ``KernelCompileError`` naming
-    the family, the user's line (on cuda, where numba CPU also fails, the line numba CPU
-    names: the same error reads the same on both) and the kernel rules, with numba's message
-    kept as its cause."""
-    try:
-        engine.compile()
-    except NumbaError as error:
-        where = None
-        if backend == "cuda" and "numba" in engine.spec.backends:
-            where = _numba_cpu_location(engine)
-        where = where or _user_location(str(error))
-        at = f" (at {where})" if where else ""
-        raise KernelCompileError(
-            f"{env_id}: numba could not compile the env's kernels for the {backend!r} "
-            f"backend{at}. {KERNEL_RULES} numba's message, above, names the expression it "
-            f"could not type."
-        ) from error
-
 #: the kernel sets already announced in this process
 _ANNOUNCED: set[Hashable] = set()
 
 
-def host_loop(loop: Callable[..., None], key: Hashable, what: str) -> Any:
+def host_loop(loop: Callable[..., None], key: Hashable, what: str, **options: Any) -> Any:
     """``loop`` (a plain loop over NumPy arrays) compiled by numba for the torch backend's host
     route, on the kernel cache; its first compile on a machine (~0.5 s) is announced as
-    ``what``."""
+    ``what``. ``options``: more ``numba.njit`` options."""
     import numba
 
     from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 
-    compiled = numba.njit(boundscheck=False, nogil=True)(loop)
+    compiled = numba.njit(boundscheck=False, nogil=True, **options)(loop)
     return disk_cached(compiled, on_compile=lambda: announce_compile(
         key, what, "torch", 0.5, cached=is_disk_cached(compiled)))
 
@@ -171,3 +138,32 @@ def announce_compile(key: Hashable, env_id: str, backend: str, seconds: float,
     when = "once: later runs load them from the cache" if cached else "first use in this process"
     print(f"envfleet: compiling {env_id} kernels for {backend} (~{seconds:g} s, {when})...",
           file=sys.stderr, flush=True)
+
+
+def step_rows(step_one: Callable[..., None], params: tuple, env_id: str) -> Callable[..., None]:
+    """``step_one`` over every row of a batch of NumPy arrays, compiled (``host_loop``, numba's
+    ``error_model="numpy"`` as the numba backend's kernels): the torch backend's host route for
+    a family whose whole-batch form costs more than its kernel (CartPole). The loop takes
+    ``(state, params, actions, rng, obs, rewards, terminated)``; ``params`` fields that are
+    arrays (per-env values, ``spec.per_env_params``) are read at env i's index."""
+    per_env = tuple(name for name, value in zip(params._fields, params, strict=True)
+                    if isinstance(value, np.ndarray))
+    return _step_rows(step_one, type(params), per_env, env_id)
+
+
+@functools.cache
+def _step_rows(step_one: Callable[..., None], params_type: type, per_env: tuple[str, ...],
+               env_id: str) -> Callable[..., None]:
+    fields = ", ".join(f"params[{j}][i]" if name in per_env else f"params[{j}]"
+                       for j, name in enumerate(params_type._fields))
+    scope: dict[str, Any] = {"Params": params_type}
+    exec(f"def row(params, i):\n    return Params({fields})\n", scope)  # numba: no _replace
+    row = kernel_function(scope["row"])
+
+    def loop(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
+             terminated: Any) -> None:
+        for i in range(obs.shape[0]):
+            step_one(i, state, row(params, i), actions, rng, obs, rewards, terminated)
+
+    return host_loop(loop, ("rows", step_one, per_env), f"the {env_id} step loop",
+                     error_model="numpy")

@@ -20,6 +20,8 @@ from typing import Any
 import numpy as np
 from gymnasium import spaces
 
+from envfleet.backends import NATIVE_BACKENDS
+
 
 @dataclass(frozen=True, eq=False)
 class NativeEnvSpec:
@@ -235,7 +237,7 @@ class InvalidSpecError(ValueError):
 
 
 #: the native backends a family may list
-NATIVE_BACKEND_NAMES = ("numba", "cuda", "torch")
+NATIVE_BACKEND_NAMES = tuple(NATIVE_BACKENDS)
 #: the env id pattern: Gymnasium's "Name-vN" (envfleet adds the ``envfleet/`` namespace)
 ID_PATTERN = re.compile(r"^[\w.-]+?-v(\d+)$")
 #: each kernel's arguments, in order

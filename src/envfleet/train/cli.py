@@ -23,7 +23,7 @@ from dataclasses import asdict, fields
 from pathlib import Path
 from typing import Any
 
-from envfleet.cli import CommandError, check_output
+from envfleet.command import CommandError, check_output
 
 #: tuned settings per env id (anything not given: ``ppo.Args``'s defaults)
 PRESETS: dict[str, dict[str, Any]] = {
@@ -416,7 +416,7 @@ def run_train(options: argparse.Namespace) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import envfleet
-    from envfleet.bench.measure import background_load, cpu_seconds
+    from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
 
     _check_device(options.device)

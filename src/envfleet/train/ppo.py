@@ -12,7 +12,9 @@ is the final observation, so a truncated episode bootstraps from ``V(final obs)`
 logit: they are never sampled and carry no probability in the loss.
 
 Timing: ``env`` is the time inside ``env.step``; ``inference`` the rest of a rollout (policy
-forward, sampling, buffer writes); ``learning`` GAE and the gradient epochs. Evaluations have
+forward, sampling, buffer writes; on a CUDA device waited for before each ``env.step``, so the
+env's clock does not hold the policy's queued kernels); ``learning`` GAE and the gradient
+epochs. Evaluations have
 their own clock. End-to-end steps/s is over the loop's whole wall clock minus evaluations.
 The ideal loop (``IdealLoop``) does the real loop's last iteration again against an env that
 costs nothing (``ReplayEnv``: the real rollout's observations, rewards, episode ends and masks
@@ -349,6 +351,7 @@ def collect(env: Any, agent: Agent, buf: Rollout, next_obs: Any, next_info: dict
     rollout are returned. ``torch_actions``: the env takes tensors (torch / cuda backends).
     """
     device = buf.obs.device
+    cuda = device.type == "cuda"
     num_steps = buf.actions.shape[0]
     t0 = time.perf_counter()
     buf.obs[0].copy_(as_tensor(next_obs, device))
@@ -361,9 +364,12 @@ def collect(env: Any, agent: Agent, buf: Rollout, next_obs: Any, next_info: dict
         if action_bounds is not None:  # the env gets the action clipped into its box
             action = torch.clamp(action, *action_bounds)
         buf.valid[step] = ~buf.prev_ended
+        if not torch_actions:
+            action = action.cpu().numpy()
+        elif cuda:  # the policy's queued work is inference's, not the env's
+            torch.cuda.synchronize(device)
         t0 = clock.add("inference", t0)
-        obs, reward, terminated, truncated, info = env.step(
-            action if torch_actions else action.cpu().numpy())
+        obs, reward, terminated, truncated, info = env.step(action)
         t0 = clock.add("env", t0)
         buf.obs[step + 1].copy_(as_tensor(obs, device))
         buf.rewards[step].copy_(as_tensor(reward, device))
@@ -543,9 +549,15 @@ def evaluate(env: Any, agent: Agent, seed: int, device: torch.device, torch_acti
             action = torch.clamp(action, *action_bounds)
         obs, reward, terminated, truncated, info = env.step(
             action if torch_actions else action.cpu().numpy())
-        reward = np.asarray(torch.as_tensor(reward).cpu() if torch_actions else reward)
-        ended = np.asarray(torch.as_tensor(terminated).cpu() if torch_actions else terminated) | \
-            np.asarray(torch.as_tensor(truncated).cpu() if torch_actions else truncated)
+        if torch_actions:  # one read back per step (the loop must know when to stop)
+            reward = torch.as_tensor(reward)
+            reward = reward.to(torch.promote_types(reward.dtype, torch.float32))
+            ended = torch.logical_or(torch.as_tensor(terminated), torch.as_tensor(truncated))
+            reward, ended = torch.stack((reward, ended.to(reward.dtype))).cpu().numpy()
+            ended = ended != 0
+        else:
+            reward = np.asarray(reward)
+            ended = np.asarray(terminated) | np.asarray(truncated)
         totals += np.where(done, 0.0, reward)
         done |= ended
         if target is not None and best_total(totals, done, max_episode_return,
@@ -619,30 +631,65 @@ class ReplayEnv:
 
 @dataclass
 class Bookkeeping:
-    """The host-side work after each rollout that both loops do: episode returns of the
-    training envs and the running return scale of ``norm_reward``."""
+    """The work after each rollout that both loops do: episode returns of the training envs
+    and the running return scale of ``norm_reward``. ``ep_return`` (each env's running return)
+    is a NumPy array for envs that give NumPy arrays, a tensor on the rollout's device for envs
+    that give tensors: then the returns are summed where the rewards are and only the ended
+    episodes' returns come back to the host, once per rollout."""
 
-    ep_return: np.ndarray
+    ep_return: np.ndarray | torch.Tensor
     recent: deque
     reward_scaler: RewardScaler | None
 
     @classmethod
-    def new(cls, args: Args) -> Bookkeeping:
+    def new(cls, args: Args, device: torch.device | None = None) -> Bookkeeping:
+        """``device``: keep the running returns there (an env giving tensors on it)."""
         scaler = RewardScaler(args.num_envs, args.gamma) if args.norm_reward else None
-        return cls(np.zeros(args.num_envs), deque(maxlen=100), scaler)
+        if device is None:
+            ep_return: np.ndarray | torch.Tensor = np.zeros(args.num_envs)
+        else:  # float64 as NumPy's, where the device has it (MPS does not)
+            dtype = torch.float32 if device.type == "mps" else torch.float64
+            ep_return = torch.zeros(args.num_envs, dtype=dtype, device=device)
+        return cls(ep_return, deque(maxlen=100), scaler)
 
     def observe(self, buf: Rollout) -> float:
         """Count the rollout's ended episodes; return the reward scale for ``update``."""
-        rewards = buf.rewards.cpu().numpy()
-        ended = buf.ended.cpu().numpy()
-        for t in range(rewards.shape[0]):  # rewards of reset steps are 0; valid masks them
-            self.ep_return += rewards[t]
-            if ended[t].any():
-                self.recent.extend(self.ep_return[ended[t]].tolist())
-                self.ep_return[ended[t]] = 0.0
-        if self.reward_scaler is None:
-            return 1.0
+        if isinstance(self.ep_return, torch.Tensor):
+            ended_returns, self.ep_return = episode_returns(buf.rewards, buf.ended,
+                                                            self.ep_return)
+            self.recent.extend(ended_returns.tolist())  # the rollout's one read back
+            if self.reward_scaler is None:
+                return 1.0
+            rewards, ended = buf.rewards.cpu().numpy(), buf.ended.cpu().numpy()
+        else:
+            rewards = buf.rewards.cpu().numpy()
+            ended = buf.ended.cpu().numpy()
+            for t in range(rewards.shape[0]):  # rewards of reset steps are 0; valid masks them
+                self.ep_return += rewards[t]
+                if ended[t].any():
+                    self.recent.extend(self.ep_return[ended[t]].tolist())
+                    self.ep_return[ended[t]] = 0.0
+            if self.reward_scaler is None:
+                return 1.0
         return self.reward_scaler.observe(rewards, ended, buf.valid.cpu().numpy())
+
+
+def episode_returns(rewards: torch.Tensor, ended: torch.Tensor, running: torch.Tensor
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """The returns of the episodes that end in a rollout, in (step, env) order, and each env's
+    running return after it, from ``rewards`` and ``ended`` ``(T, num_envs)`` and ``running``
+    (each env's return before the rollout): a fixed number of tensor ops on their device (a
+    cumulative sum; an episode's return is the sum since the previous end), not a loop over
+    steps. What ``Bookkeeping`` computes step by step on the host, in ``running``'s dtype."""
+    num_steps = rewards.shape[0]
+    sums = rewards.to(running.dtype).cumsum(0)
+    steps = torch.arange(num_steps, device=rewards.device).unsqueeze(1).expand_as(ended)
+    last_end = torch.where(ended, steps, -1).cummax(0).values  # last end at or before t
+    before = torch.cat((last_end.new_full((1, ended.shape[1]), -1), last_end[:-1]))
+    # the sum before step t's episode began: at the previous end, or minus the carried return
+    base = torch.where(before >= 0, sums.gather(0, before.clamp(min=0)), -running)
+    so_far = sums - base  # each env's episode return up to step t
+    return so_far[ended], torch.where(ended[-1], 0.0, so_far[-1])
 
 
 class IdealLoop:
@@ -671,7 +718,7 @@ class IdealLoop:
         self.args, self.bounds, self.torch_actions = args, action_bounds, torch_actions
         self.env = ReplayEnv(torch_actions)
         self.buf = make_rollout(args, self.agent, info, torch.device(args.device))
-        self.books = Bookkeeping.new(args)
+        self.books = Bookkeeping.new(args, self.buf.obs.device if torch_actions else None)
         self.generator = torch.Generator().manual_seed(0)
         self.times: list[float] = []
         self.cpu_times: list[float] = []
@@ -902,7 +949,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
 
     # -- train
     clock = Clock()
-    books = Bookkeeping.new(args)
+    books = Bookkeeping.new(args, device if torch_actions else None)
     recent = books.recent
     batch = args.num_envs * args.num_steps
     iterations = max(1, args.total_steps // batch)
@@ -933,6 +980,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         return result
 
     wall_s: float | None = None
+    loop_eval_s = 0.0  # the evaluations' seconds within wall_s (not the final play-out's)
     final: EvalResult | None = None
     try:  # Ctrl-C: stop at once, with the agent and the summary as far as they got
         for iteration in range(1, iterations + 1):
@@ -986,7 +1034,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
                                      eval_complete=eval_return is None or last_eval.complete))
             if stop:
                 break
-        wall_s = elapsed()
+        wall_s, loop_eval_s = elapsed(), clock.seconds["evaluation"]
 
         # -- the final evaluation (the last one, when it ran on the final parameters and
         # finished)
@@ -999,8 +1047,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     except KeyboardInterrupt:
         stop_reason = "interrupted"
     if wall_s is None:
-        wall_s = elapsed()
-    train_s = max(wall_s - clock.seconds["evaluation"], 1e-9)
+        wall_s, loop_eval_s = elapsed(), clock.seconds["evaluation"]
+    train_s = max(wall_s - loop_eval_s, 1e-9)
     final_eval = None if final is None else {
         "mean_return": final.mean_return, "episodes": final.episodes, "returns": final.returns}
     ideal_s, ideal_cpu = (ideal.times, ideal.cpu_times) if ideal else ([], [])

@@ -48,8 +48,8 @@ def learn(env_id: str, backend: str, seconds: float, eval_games: int = EVAL_GAME
     """Train Chess-v0's preset on ``env_id`` for ``seconds``, then score its checkpoints."""
     import torch
 
-    from envfleet.bench.measure import background_load, cpu_seconds
     from envfleet.bench.studies.e2e import train_args
+    from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
     from envfleet.train.cli import outcomes
 
@@ -181,7 +181,7 @@ class _LearningRun(StudyRun):
 
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The chess-learning study (``envfleet bench --study chess-learning``)."""
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
     from envfleet.machine import usable_cores
 
     if envs and envs != ["Chess-v0"]:

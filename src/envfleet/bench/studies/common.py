@@ -320,7 +320,7 @@ class StudyRun:
 
 def require_native(envs: Sequence[str], study: str) -> None:
     """Refuse (exit status 2) env ids that are not native: the study steps native kernels."""
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
     from envfleet.registry import NATIVE_ENVS
 
     unknown = [e for e in envs if e not in NATIVE_ENVS]

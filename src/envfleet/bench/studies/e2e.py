@@ -81,7 +81,7 @@ def train_point(preset_env: str, env_id: str, backend: str, num_envs: int, itera
                 ideal_every: int = 1, seed: int = 1, env_kwargs: dict | None = None
                 ) -> dict[str, Any]:
     """One ``ppo.train`` run (a study Task): its rates, ideal IQR and time split per update."""
-    from envfleet.bench.measure import background_load, cpu_seconds
+    from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
 
     args = train_args(preset_env, env_id, backend, num_envs, iterations, ideal_every, seed,
@@ -253,7 +253,7 @@ class _E2ERun(StudyRun):
 
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The e2e study (``envfleet bench --study e2e``)."""
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
     from envfleet.machine import usable_cores
 
     envs = envs or list(DEFAULT_ENVS)

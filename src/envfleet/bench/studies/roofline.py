@@ -146,7 +146,7 @@ def roofs(threads: int, repeats: int, elements: int = STREAM_ELEMENTS,
     import numba
 
     numba.set_num_threads(threads)
-    from envfleet.bench.measure import cpu_seconds, tree_cpu_seconds
+    from envfleet.machine import cpu_seconds, tree_cpu_seconds
 
     before = (cpu_seconds(), tree_cpu_seconds(), time.perf_counter())
     a, b, c = np.zeros(elements), np.ones(elements), np.full(elements, 2.0)

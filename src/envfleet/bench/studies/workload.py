@@ -22,7 +22,6 @@ on a call's time is mostly per-env work, not the per-call overhead.
 from __future__ import annotations
 
 import argparse
-import math
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -63,21 +62,6 @@ def make_params(work: int = 1, **kwargs: Any) -> CartPoleWorkParams:
 
 
 @kernel_function
-def _physics(x: float, x_dot: float, theta: float, theta_dot: float, force: float,
-             p: Any) -> tuple[float, float, float, float]:
-    """One pass of CartPole-v1's physics (the expressions of ``cartpole.step_one``)."""
-    costheta = math.cos(theta)
-    sintheta = math.sin(theta)
-    temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
-    thetaacc = (p.gravity * sintheta - costheta * temp) / (
-        p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass)
-    )
-    xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
-    return (x + p.tau * x_dot, x_dot + p.tau * xacc, theta + p.tau * theta_dot,
-            theta_dot + p.tau * thetaacc)
-
-
-@kernel_function
 def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
              rewards: Any, terminated: Any) -> None:
     """``work - 1`` chained physics passes on a copy of env i's state, then CartPole's step."""
@@ -85,7 +69,7 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
     x, x_dot, theta, theta_dot = x_[i], x_dot_[i], theta_[i], theta_dot_[i]
     force = params.force_mag if actions[i] == 1 else -params.force_mag
     for _ in range(params.work - 1):
-        x, x_dot, theta, theta_dot = _physics(x, x_dot, theta, theta_dot, force, params)
+        x, x_dot, theta, theta_dot = cartpole.dynamics(params, x, x_dot, theta, theta_dot, force)
     cartpole.step_one(i, state, params, actions, rng, obs, rewards, terminated)
     if x + x_dot + theta + theta_dot != x + x_dot + theta + theta_dot:  # NaN: never, here
         rewards[i] = x
@@ -101,37 +85,31 @@ def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, reward
     force_mag = torch.as_tensor(p.force_mag, dtype=x.dtype, device=x.device)
     force = torch.where(actions == 1, force_mag, -force_mag)
     for _ in range(p.work - 1):  # eager torch runs every op: nothing is removed
-        costheta, sintheta = torch.cos(theta), torch.sin(theta)
-        temp = (force + p.polemass_length * (theta_dot * theta_dot) * sintheta) / p.total_mass
-        thetaacc = (p.gravity * sintheta - costheta * temp) / (
-            p.length * (4.0 / 3.0 - p.masspole * (costheta * costheta) / p.total_mass))
-        xacc = temp - p.polemass_length * thetaacc * costheta / p.total_mass
-        x, x_dot, theta, theta_dot = (x + p.tau * x_dot, x_dot + p.tau * xacc,
-                                      theta + p.tau * theta_dot, theta_dot + p.tau * thetaacc)
+        x, x_dot, theta, theta_dot = cartpole.dynamics(p, x, x_dot, theta, theta_dot, force)
     cartpole.step_torch(state, params, actions, rng, obs, rewards, terminated)
 
 
 class CartPoleWorkEnv(CartPoleEnv):
     """Gymnasium's CartPole-v1 whose ``step`` runs the physics ``work - 1`` more times first
-    (in Python, on a copy of the state; the result is kept in ``self.sink``)."""
+    (``cartpole.dynamics`` in Python, on a copy of the state; the result is kept in
+    ``self.sink``)."""
 
     def __init__(self, work: int = 1, **kwargs: Any) -> None:
         super().__init__(**kwargs)
         self.work = make_params(work).work
         self.sink = 0.0
+        #: this env's physics as CartPole-v1's params record (what ``cartpole.dynamics`` reads)
+        self.params = cartpole.make_params(
+            gravity=self.gravity, masscart=self.masscart, masspole=self.masspole,
+            length=self.length, force_mag=self.force_mag, tau=self.tau,
+            kinematics_integrator=self.kinematics_integrator)
 
     def step(self, action: Any) -> Any:
         x, x_dot, theta, theta_dot = (float(v) for v in self.state)
         force = self.force_mag if action == 1 else -self.force_mag
         for _ in range(self.work - 1):
-            costheta, sintheta = math.cos(theta), math.sin(theta)
-            temp = (force + self.polemass_length * theta_dot**2 * sintheta) / self.total_mass
-            thetaacc = (self.gravity * sintheta - costheta * temp) / (
-                self.length * (4.0 / 3.0 - self.masspole * costheta**2 / self.total_mass))
-            xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
-            x, x_dot, theta, theta_dot = (x + self.tau * x_dot, x_dot + self.tau * xacc,
-                                          theta + self.tau * theta_dot,
-                                          theta_dot + self.tau * thetaacc)
+            x, x_dot, theta, theta_dot = cartpole.dynamics(self.params, x, x_dot, theta,
+                                                           theta_dot, force)
         self.sink = x
         return super().step(action)
 
@@ -284,7 +262,7 @@ def default_backends() -> list[str]:
 
 def run(args: argparse.Namespace, envs: list[str]) -> int:
     """The workload study (``envfleet bench --study workload``)."""
-    from envfleet.cli import CommandError
+    from envfleet.command import CommandError
     from envfleet.machine import usable_cores
 
     if envs and envs != ["CartPole-v1"]:

@@ -5,6 +5,8 @@ One row per board (structure of arrays). ``reset_one`` loads the board's start p
 action's move (and, with ``opponent="random"``, a random reply) and decides the game's end.
 Per-board settings (opponent mode, agent colour, illegal-action rule) live in the ``setup``
 column, so one compiled kernel serves every mode; the kernels only see ``ChessKernelParams``.
+``packed=True`` swaps the legal-action mask for its bits and the planes for bitboards (the
+outputs a GPU policy reads): same kernels, written by the same scalar code on both backends.
 """
 
 from __future__ import annotations
@@ -74,6 +76,11 @@ OUTCOMES = ("ongoing", "checkmate", "stalemate", "insufficient_material", "fifty
 
 COMPACT_SIZE = 72
 NUM_PLANES = 21
+#: ``packed=True``: the mask's bytes per board (4672 bits, little-endian within a byte)
+MASK_BYTES = NUM_ACTIONS // 8
+#: ``packed=True``: the packed planes' halfmove word (the others are bitboards)
+HALFMOVE_PLANE = 19
+_PACKED_STATE = {**STATE, "action_mask": (np.uint8, (MASK_BYTES,))}
 
 
 def _compact_space() -> spaces.Box:
@@ -92,6 +99,14 @@ def _planes_space() -> spaces.Box:
     return spaces.Box(0.0, 1.0, (8, 8, NUM_PLANES), np.float32)
 
 
+def _packed_planes_space() -> spaces.Box:
+    """The planes as 21 uint64 words: plane p's bitboard (bit ``8 * rank + file``), except
+    word 19, the half-move clock (0..100) whose plane holds it / 100."""
+    high = np.full(NUM_PLANES, np.iinfo(np.uint64).max, dtype=np.uint64)
+    high[HALFMOVE_PLANE] = 100
+    return spaces.Box(np.zeros(NUM_PLANES, np.uint64), high, (NUM_PLANES,), np.uint64)
+
+
 # --- params -----------------------------------------------------------------------------------
 
 
@@ -103,17 +118,22 @@ class ChessParams(NamedTuple):
     agent_color: str
     illegal_action: str
     max_plies: int
+    packed: bool = False
 
 
 class ChessKernelParams(NamedTuple):
     """The part of the params the kernels see (one compile per observation kind)."""
 
     planes: bool
+    packed: bool = False
 
 
 def make_params(*, opponent: str | None = None, agent_color: str = "white",
                 illegal_action: str = "raise", observation: str = "compact",
-                max_plies: int = 512) -> ChessParams:
+                max_plies: int = 512, packed: bool = False) -> ChessParams:
+    """Chess-v0's constructor options; ``packed=True``: ``info["action_mask"]`` as bits (uint8
+    ``(n, 584)``) and, with ``observation="planes"``, the planes as uint64 bitboards
+    ``(n, 21)`` (``envfleet.chess.unpack_mask`` / ``unpack_planes`` give the usual arrays)."""
     if opponent not in (None, "random"):
         raise ValueError(f"opponent must be None (two players) or 'random', got {opponent!r}")
     if agent_color not in AGENT_COLORS:
@@ -125,11 +145,15 @@ def make_params(*, opponent: str | None = None, agent_color: str = "white",
         raise ValueError(f"observation must be 'compact' or 'planes', got {observation!r}")
     if isinstance(max_plies, bool) or not isinstance(max_plies, int) or max_plies < 1:
         raise ValueError(f"max_plies must be an int >= 1, got {max_plies!r}")
-    return ChessParams(observation == "planes", opponent, agent_color, illegal_action, max_plies)
+    if not isinstance(packed, bool | np.bool_):
+        raise ValueError(f"packed must be True (the mask as bits, the planes as bitboards) or "
+                         f"False, got {packed!r}")
+    return ChessParams(observation == "planes", opponent, agent_color, illegal_action, max_plies,
+                       bool(packed))
 
 
 def kernel_params(params: ChessParams) -> ChessKernelParams:
-    return ChessKernelParams(params.planes)
+    return ChessKernelParams(params.planes, params.packed)
 
 
 def setup_code(params: ChessParams) -> int:
@@ -147,6 +171,10 @@ _U16 = np.uint64(16)
 _RESET_DRAW = np.uint64(1)
 _STEP_DRAW = np.uint64(0)
 RANDOM_ACTION_DRAW = np.uint64(0xFFFF)
+_ALL = np.uint64(0xFFFFFFFFFFFFFFFF)
+_BYTES = np.uint64(0x00FF00FF00FF00FF)
+_HALVES = np.uint64(0x0000FFFF0000FFFF)
+_U8, _U32 = np.uint64(8), np.uint64(32)
 
 
 @kernel_function
@@ -173,7 +201,9 @@ def write_obs(i, st, params, obs):
     own_rights = (rights >> 2) if us == 1 else rights
     opp_rights = rights if us == 1 else (rights >> 2)
     ep = np.int64(st.ep[i])
-    if params.planes:
+    if params.planes and params.packed:
+        write_bitboards(i, st, obs, us, own_rights, opp_rights, ep)
+    elif params.planes:
         for k in range(64 * 21):
             obs[i, k] = 0
         b = st.colors[i, 0] | st.colors[i, 1]
@@ -216,21 +246,73 @@ def write_obs(i, st, params, obs):
 
 
 @kernel_function
-def write_mask(i, st):
-    """Board i's mask := its legal moves, clearing the whole row first (resets)."""
-    mask = st.action_mask
-    for k in range(NUM_ACTIONS):
-        mask[i, k] = False
-    set_mask(i, st, True)
+def flip_ranks(b):
+    """Bitboard ``b`` with its ranks mirrored (square ``sq`` -> ``sq ^ 56``): a byte swap."""
+    b = ((b >> _U8) & _BYTES) | ((b & _BYTES) << _U8)
+    b = ((b >> _U16) & _HALVES) | ((b & _HALVES) << _U16)
+    return (b >> _U32) | (b << _U32)
 
 
 @kernel_function
-def set_mask(i, st, value):
+def write_bitboards(i, st, obs, us, own_rights, opp_rights, ep):
+    """Board i's packed planes (``packed=True``): word p is plane p's bitboard, as
+    ``write_obs`` lays the planes out (side to move's view), word 19 the half-move clock."""
+    own = st.colors[i, us]
+    opp = st.colors[i, 1 - us]
+    for p in range(6):
+        b = st.pieces[i, p]
+        mine = b & own
+        theirs = b & opp
+        if us == 1:
+            mine = flip_ranks(mine)
+            theirs = flip_ranks(theirs)
+        obs[i, p] = mine
+        obs[i, 6 + p] = theirs
+    reps = np.int64(st.repetitions[i])
+    obs[i, 12] = _ALL if reps >= 2 else core.U0
+    obs[i, 13] = _ALL if reps >= 3 else core.U0
+    obs[i, 14] = _ALL if us == 1 else core.U0
+    obs[i, 15] = _ALL if own_rights & 1 else core.U0
+    obs[i, 16] = _ALL if (own_rights >> 1) & 1 else core.U0
+    obs[i, 17] = _ALL if opp_rights & 1 else core.U0
+    obs[i, 18] = _ALL if (opp_rights >> 1) & 1 else core.U0
+    obs[i, HALFMOVE_PLANE] = np.uint64(min(np.int64(st.halfmove[i]), 100))
+    flip = 56 if us == 1 else 0
+    obs[i, 20] = (core.U1 << np.uint64(ep ^ flip)) if ep >= 0 else core.U0
+
+
+@kernel_function
+def write_mask(i, st, params):
+    """Board i's mask := its legal moves, clearing the whole row first (resets)."""
+    mask = st.action_mask
+    for k in range(mask.shape[1]):
+        mask[i, k] = 0
+    set_mask(i, st, params, True)
+
+
+@kernel_function
+def set_mask(i, st, params, value):
     """Set board i's mask entries of its current legal moves to ``value``: a step clears the
-    old moves' entries and sets the new ones (~40 bytes instead of a 4672-byte row)."""
+    old moves' entries and sets the new ones (~40 bytes instead of a 4672-byte row); packed,
+    bit ``a & 7`` of byte ``a >> 3`` is action a's entry."""
     mask = st.action_mask
     for k in range(st.num_moves[i]):
-        mask[i, st.moves[i, k] >> 16] = value
+        a = np.int64(st.moves[i, k] >> 16)
+        if params.packed:
+            byte = a >> 3
+            bit = np.int64(1) << (a & 7)
+            old = np.int64(mask[i, byte])
+            mask[i, byte] = (old | bit) if value else (old & ~bit)
+        else:
+            mask[i, a] = value
+
+
+@kernel_function
+def mask_allows(i, st, params, a):
+    """Whether board i's mask holds action ``a`` (packed or not)."""
+    if params.packed:
+        return (np.int64(st.action_mask[i, a >> 3]) >> (a & 7)) & 1 != 0
+    return st.action_mask[i, a]
 
 
 @kernel_function
@@ -251,7 +333,7 @@ def reset_one(i, state, params, rng, obs):
             m = random_move(i, st, seeds[i], episodes[i], counter)
             finish_ply(i, st, make_move(i, st, m))
     write_obs(i, st, params, obs)
-    write_mask(i, st)
+    write_mask(i, st, params)
 
 
 @kernel_function
@@ -263,12 +345,12 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         terminated[i] = True
         rewards[i] = -1.0 if status == CHECKMATE else 0.0
         return
-    if not st.action_mask[i, actions[i]]:  # illegal with illegal_action="lose" (else refused)
+    if not mask_allows(i, st, params, np.int64(actions[i])):  # illegal_action="lose"
         st.status[i] = core.ILLEGAL_MOVE
         terminated[i] = True
         rewards[i] = -1.0
         return
-    set_mask(i, st, False)
+    set_mask(i, st, params, False)
     opponent = st.setup[i] & SETUP_OPPONENT
     m = label_move(i, st, actions[i])
     ply = 0
@@ -286,7 +368,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     rewards[i] = reward
     terminated[i] = status != 0
     write_obs(i, st, params, obs)
-    set_mask(i, st, True)
+    set_mask(i, st, params, True)
 
 
 @kernel_function
@@ -294,7 +376,7 @@ def action_check(i, state, params, actions):
     """Board i's action is legal in its position (any action when illegal actions lose)."""
     if state.setup[i] & SETUP_LOSE or state.status[i] != 0:
         return True
-    return state.action_mask[i, actions[i]]  # the mask is the legal moves: no list scan
+    return mask_allows(i, state, params, np.int64(actions[i]))  # the legal moves: no scan
 
 
 @kernel_function
@@ -350,7 +432,7 @@ SPEC = NativeEnvSpec(
     action_check=action_check,
     describe_refusal=_describe_illegal,
     kernel_params=kernel_params,
-    specialize=lambda params: _PLANES_SPEC if params.planes else SPEC,
+    specialize=lambda params: _SPECS[params.planes, params.packed],
     default_max_steps=lambda params: (params.max_plies if params.opponent is None
                                       else (params.max_plies + 1) // 2),
     vector_env_class=_vector_env_class,
@@ -362,6 +444,13 @@ SPEC = NativeEnvSpec(
     single_env_defaults={"illegal_action": "lose"},
 )
 _PLANES_SPEC = replace(SPEC, observation_space=_planes_space())
+#: (planes, packed) -> the spec: packed specs hold the mask as bits (a uint8 column)
+_SPECS = {
+    (False, False): SPEC,
+    (True, False): _PLANES_SPEC,
+    (False, True): replace(SPEC, state=_PACKED_STATE),
+    (True, True): replace(SPEC, state=_PACKED_STATE, observation_space=_packed_planes_space()),
+}
 
 
 # --- Python-side helpers: one-board scratch on CPU ------------------------------------------

@@ -1,0 +1,152 @@
+"""``envfleet bench --env Chess-v0``: the chess peers, perft, and the chess report sections.
+
+Chess is measured as random self-play plies/s over N boards, every ply producing the legal-action
+mask of every board (what a masked policy needs). Every series plays the same work (issue 12's
+like-for-like rule; ``fairness()`` records it in each JSON row): board i starts at
+``BENCH_POSITIONS[i % 48]`` (16 openings, 16 middlegames, 16 endgames from seeded random play,
+stored as FENs), plays uniformly random legal moves and restarts at that position after
+``GAME_PLIES`` plies or at the end of its game (Chess-v0's rules); the caller gets a mask of its
+own each ply (envfleet's default ``copy=True``; a ``copy=False`` series is labelled "view"):
+
+- envfleet ``Chess-v0`` (native backends, measured by ``measure.py``):
+  ``env.step(env.random_legal_actions())`` with ``native_options()`` (``max_plies=GAME_PLIES``,
+  same-step autoreset: every step is one ply on every board, as the peers' steps),
+  ``info["action_mask"]`` bool (N, 4672);
+- ``python-chess``: N ``chess.Board`` objects; each ply pushes a random move of the board's
+  legal-move list (its mask), then lists the new position's legal moves and checks the end of
+  the game with Chess-v0's rules (mate or stalemate, insufficient material, half-move clock
+  100, threefold repetition) and the ply limit;
+- ``openspiel``: N ``pyspiel`` chess states (``new_initial_state(fen)``); each ply takes
+  ``state.legal_actions_mask()`` (a Python list of 4672 ints), applies a random legal action
+  (``state.legal_actions()``), and restarts at a terminal state or the ply limit;
+  ``openspiel-numpy`` does the same with the mask turned into a NumPy bool array;
+- ``pgx``: ``pgx.make("chess")`` with JAX on CPU, one jitted function per ply (``jax.vmap`` of
+  ``env.step``, a uniformly random legal action from ``state.legal_action_mask`` with
+  ``jax.random``, finished boards replaced by an initial state); compile time is part of the
+  first step (``warmup_s``), not of the plies/s. pgx cannot start from a FEN: it plays whole
+  games from the initial position (``positions: "initial"`` in its rows).
+
+``compare()`` (``python -m envfleet.bench.chess``) measures envfleet and the peers in one process,
+in alternating rounds (a loaded machine slows all alike), and reports ratios as measured and
+per core used (envfleet's threads against a peer's one).
+
+Each peer is a ``Baseline`` (``baselines.py`` lists them) whose ``BaselineEnv`` plays its own
+actions (``action_space=None``); a peer whose package is missing is reported as not installed.
+
+Perft (``perft_points``): ``envfleet.envs.chess.perft(fen, depth)`` and a python-chess perft (bulk
+counting at the last ply, as envfleet's) on the same positions, nodes/s each in a fresh process.
+
+The package: ``games`` (constants, positions, the peers, envfleet's games), ``perft``,
+``sections`` (the report's chess sections), ``compare`` (``__main__``). Importing it registers
+the peers into ``baselines.BASELINES`` and Chess-v0's rows, reset positions and perft series
+into the bench worker (``measure.ROW_FIELDS``, ``RESET_OPTIONS``, ``SERIES``); ``envfleet.bench``
+imports it, so every bench process has them, and neither ``baselines``, ``measure`` nor
+``report`` imports chess.
+"""
+
+from __future__ import annotations
+
+from envfleet.bench.baselines import register_peers
+from envfleet.bench.chess.compare import (
+    Contender,
+    compare,
+    contenders,
+)
+from envfleet.bench.chess.games import (
+    BENCH_POSITIONS,
+    CHESS_ID,
+    DEFAULT_NUM_ENVS,
+    GAME_PLIES,
+    KIWIPETE_FEN,
+    NATIVE,
+    NUM_ACTIONS,
+    PEERS,
+    PERFT_POSITIONS,
+    PERFT_SERIES,
+    PYTHON_PEER_MAX_ENVS,
+    REQUIRES,
+    START_FEN,
+    TARGETS,
+    NativeGames,
+    OpenSpielGames,
+    PythonChessGames,
+    chess_env_status,
+    fairness,
+    game_over,
+    generate_positions,
+    is_chess,
+    native_options,
+    native_reset_options,
+    peer_baselines,
+    start_fens,
+)
+from envfleet.bench.chess.perft import (
+    PerftCase,
+    measure_perft,
+    perft_cases,
+    perft_specs,
+    perft_status,
+    python_chess_perft,
+)
+from envfleet.bench.chess.sections import (
+    best_lines,
+    markdown_sections,
+    per_core,
+    perft_table,
+    rich_sections,
+    summary,
+    target_lines,
+)
+from envfleet.bench.measure import RESET_OPTIONS, ROW_FIELDS, SERIES
+
+__all__ = [
+    "BENCH_POSITIONS",
+    "CHESS_ID",
+    "DEFAULT_NUM_ENVS",
+    "GAME_PLIES",
+    "KIWIPETE_FEN",
+    "NATIVE",
+    "NUM_ACTIONS",
+    "PEERS",
+    "PERFT_POSITIONS",
+    "PERFT_SERIES",
+    "PYTHON_PEER_MAX_ENVS",
+    "REQUIRES",
+    "START_FEN",
+    "TARGETS",
+    "Contender",
+    "NativeGames",
+    "OpenSpielGames",
+    "PerftCase",
+    "PythonChessGames",
+    "best_lines",
+    "chess_env_status",
+    "compare",
+    "contenders",
+    "fairness",
+    "game_over",
+    "generate_positions",
+    "is_chess",
+    "markdown_sections",
+    "measure_perft",
+    "native_options",
+    "native_reset_options",
+    "peer_baselines",
+    "per_core",
+    "perft_cases",
+    "perft_specs",
+    "perft_status",
+    "perft_table",
+    "python_chess_perft",
+    "rich_sections",
+    "start_fens",
+    "summary",
+    "target_lines",
+]
+
+# the chess peers join the baselines, and the bench worker learns Chess-v0's rows, its reset
+# positions and the perft series: the bench core never imports this package
+register_peers(CHESS_ID, peer_baselines())
+ROW_FIELDS[CHESS_ID] = fairness
+RESET_OPTIONS[CHESS_ID] = lambda num_envs: native_reset_options(CHESS_ID, num_envs)
+SERIES.update(dict.fromkeys(PERFT_SERIES, measure_perft))
