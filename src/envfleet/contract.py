@@ -3,7 +3,9 @@
 Seeding (``seed + i``, uint64 seeds), ``options["reset_mask"]``, autoreset-mode names, the
 checks of a batch of actions and the wording of their errors: one module, imported by
 ``native/``, ``executors/`` and ``sb3.py``, so that every backend refuses the same input with
-the same words.
+the same words. ``VectorContract`` is the base class both ``NativeVectorEnv`` and
+``ExecutorVectorEnv`` inherit: the reset and step rules, SAME_STEP's ``final_obs`` info and the
+closed-env error, written once.
 """
 
 from __future__ import annotations
@@ -13,7 +15,8 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.vector import AutoresetMode
+from gymnasium.error import ClosedEnvironmentError
+from gymnasium.vector import AutoresetMode, VectorEnv
 
 
 def parse_autoreset_mode(mode: AutoresetMode | str) -> AutoresetMode:
@@ -147,3 +150,71 @@ def needs_reset_error(index: int) -> ValueError:
         f"env {index} has finished its episode and autoreset_mode is DISABLED: reset it "
         f"with reset(options={{'reset_mask': mask}}) before stepping it"
     )
+
+
+# --- the vector env contract, one base class -------------------------------------------------
+
+
+class ClosedEnvError(ClosedEnvironmentError, RuntimeError):
+    """A call on a closed vector env: Gymnasium's ``ClosedEnvironmentError`` (as its
+    ``AsyncVectorEnv`` raises), and a ``RuntimeError`` as envfleet raised before; the same
+    class and words on every backend, native or executor."""
+
+
+class VectorContract(VectorEnv):
+    """The rules every envfleet vector env keeps, native or executor, in one place.
+
+    A subclass sets ``num_envs``, ``autoreset_mode``, ``_initial_seed`` (the first reset's seed
+    when none is given), ``_has_reset = False`` and ``_failure = None`` (why a reset is needed
+    again, if a call failed), and says when it is closed (``_is_closed``).
+    """
+
+    _has_reset: bool = False
+    _failure: str | None = None
+    _initial_seed: int | None = None
+
+    def _is_closed(self) -> bool:
+        """Whether ``close()`` ran (a subclass may add its own reasons)."""
+        return bool(getattr(self, "closed", False))
+
+    def _check_open(self) -> None:
+        """Refuse any call after ``close()`` (``ClosedEnvError``, worded alike everywhere)."""
+        if self._is_closed():
+            raise ClosedEnvError(f"Trying to operate on `{type(self).__name__}`, after a call "
+                                 f"to `close()` (this env is closed)")
+
+    def _check_has_reset(self, what: str = "step") -> None:
+        """``what`` (step, rollout, send, recv) needs a reset first, and again after a failed
+        call (which is named)."""
+        if not self._has_reset:
+            raise RuntimeError(
+                f"call reset() before {what}()" if self._failure is None else
+                f"a previous call failed ({self._failure}): call reset() before {what}()")
+
+    def _reset_rules(self, seed: Any, mask: Any) -> tuple[Any, np.ndarray | None]:
+        """(seed, mask) of a ``reset(seed=, options={"reset_mask": mask})`` after the rules:
+        the mask is a bool array of one entry per env, the first reset (and the first after a
+        failed call) resets every env, and a first reset without a seed takes the one given
+        to ``make``."""
+        if mask is not None:
+            mask = check_reset_mask(mask, self.num_envs)
+            if not self._has_reset and not mask.all():
+                raise RuntimeError(
+                    "the first reset() must reset every env (no reset_mask)"
+                    if self._failure is None else
+                    f"a previous call failed ({self._failure}): reset every env (no reset_mask)")
+        if seed is None and not self._has_reset:
+            seed = self._initial_seed
+        return seed, mask
+
+    @staticmethod
+    def _add_final(info: dict[str, Any], final_obs: Any, ended: Any,
+                   final_info: dict[str, Any], own_mask: bool = False) -> dict[str, Any]:
+        """SAME_STEP's entries for the envs ``ended`` this step: ``final_obs`` (their last
+        observations), ``final_info`` (their last infos), each with its ``_key`` mask
+        (``own_mask``: ``_final_info`` gets a copy of the mask, not the same array)."""
+        info["final_obs"] = final_obs
+        info["_final_obs"] = ended
+        info["final_info"] = final_info
+        info["_final_info"] = ended.copy() if own_mask else ended
+        return info

@@ -8,7 +8,7 @@ import functools
 import numpy as np
 from gymnasium.vector import SyncVectorEnv
 
-from envfleet.executors.ray import _add_batched
+from envfleet.executors.infos import merge, tree_of
 from tests.executors.envs import CountingEnv
 from tests.test_extras import run_without
 
@@ -42,13 +42,14 @@ def test_batched_infos_merge_as_gymnasium_adds_them_env_by_env() -> None:
     whole: dict = {}
     for i, info in enumerate(infos):
         whole = sync._add_info(whole, info, i)
-    merged: dict = {}
+    parts = []  # (the shares' batched infos, as ray's driver merges them: infos.merge)
     for start, stop in shares:
         part: dict = {}
         view = SyncVectorEnv([functools.partial(CountingEnv, i) for i in range(stop - start)])
         for j in range(stop - start):
             part = view._add_info(part, infos[start + j], j)
-        merged = _add_batched(merged, part, start, stop, n)
+        parts.append((slice(start, stop), tree_of(part, stop - start)))
+    merged = merge(parts, n)
     assert sorted(merged) == sorted(whole)
     for key, value in whole.items():
         if isinstance(value, dict):

@@ -14,11 +14,10 @@ from typing import Any
 
 import numpy as np
 from gymnasium import spaces
-from gymnasium.error import ClosedEnvironmentError
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from envfleet.contract import check_reset_mask, check_seed, env_seeds
+from envfleet.contract import ClosedEnvError, VectorContract, check_seed, env_seeds
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import Infos
 from envfleet.executors.infos import InfoParts, add_infos
@@ -52,9 +51,8 @@ class EnvWorkerError(RuntimeError):
         return type(self), (self.args[0], self.env_index, self.worker_traceback)
 
 
-class ClosedExecutorError(ClosedEnvironmentError, RuntimeError):
-    """A call on a closed executor: Gymnasium's ``ClosedEnvironmentError`` (as its
-    ``AsyncVectorEnv`` raises), and a ``RuntimeError`` as envfleet raised before."""
+#: a call on a closed executor: the contract's ``ClosedEnvError`` (the name executors had first)
+ClosedExecutorError = ClosedEnvError
 
 
 class SpacesMismatchError(RuntimeError, ValueError):
@@ -118,8 +116,9 @@ def buffer_layout(observation_space: spaces.Space, action_space: spaces.Space, r
     return BufferLayout.of(arrays)
 
 
-class ExecutorVectorEnv(VectorEnv):
-    """Gymnasium's ``VectorEnv`` over N Gymnasium envs run by an executor.
+class ExecutorVectorEnv(VectorContract):
+    """Gymnasium's ``VectorEnv`` over N Gymnasium envs run by an executor (the reset / step
+    rules, SAME_STEP's ``final_obs`` info and the closed-env error: ``VectorContract``).
 
     Subclasses call ``_setup`` once the single-env spaces are known, then implement
     ``_reset_envs``, ``_step_envs`` and ``_close_executor``.
@@ -206,20 +205,9 @@ class ExecutorVectorEnv(VectorEnv):
         """
         self._check_usable()
         options = dict(options or {})
-        mask = options.pop("reset_mask", None)
+        seed, mask = self._reset_rules(seed, options.pop("reset_mask", None))
         if mask is not None:
-            mask = check_reset_mask(mask, self.num_envs)
-            if mask.all():
-                mask = None
-            elif not self._has_reset:
-                raise RuntimeError(
-                    "the first reset() must reset every env (no reset_mask)"
-                    if self._failure is None else
-                    f"a previous call failed ({self._failure}): reset every env (no reset_mask)")
-            else:
-                mask = mask.copy()
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
+            mask = None if mask.all() else mask.copy()
         seeds = None if seed is None else env_seeds(seed, self.num_envs)
 
         def reset_envs() -> Infos | InfoParts:
@@ -240,10 +228,7 @@ class ExecutorVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step every env; autoreset as ``metadata["autoreset_mode"]`` says."""
         self._check_usable()
-        if not self._has_reset:
-            raise RuntimeError(
-                "call reset() before step()" if self._failure is None else
-                f"a previous call failed ({self._failure}): call reset() before step()")
+        self._check_has_reset("step")
         disabled = self.autoreset_mode is AutoresetMode.DISABLED
         actions = check_actions(self.single_action_space, self.action_space, actions,
                                 self.num_envs, self._needs_reset if disabled else None)
@@ -257,11 +242,9 @@ class ExecutorVectorEnv(VectorEnv):
         elif self.autoreset_mode is AutoresetMode.SAME_STEP:
             ended = terminated | truncated
             if ended.any():
-                infos["final_obs"] = final_obs_info(self.single_observation_space,
-                                                   self._final_obs, ended)
-                infos["_final_obs"] = ended
-                infos["final_info"] = add_infos(self, {}, final_infos)
-                infos["_final_info"] = ended.copy()
+                self._add_final(infos, final_obs_info(self.single_observation_space,
+                                                      self._final_obs, ended),
+                                ended, add_infos(self, {}, final_infos), own_mask=True)
         infos = add_infos(self, infos, step_infos)
         if not self.copy:
             return self._out(self._obs), a["rewards"], terminated, truncated, infos
@@ -369,10 +352,11 @@ class ExecutorVectorEnv(VectorEnv):
     def _out(self, value: Any) -> Any:
         return export(value, self.copy)
 
+    def _is_closed(self) -> bool:
+        return self._broken == "closed" or self.closed
+
     def _check_usable(self) -> None:
-        if self._broken == "closed" or self.closed:
-            raise ClosedExecutorError(f"Trying to operate on `{type(self).__name__}`, after a "
-                                      f"call to `close()` (this env is closed)")
+        self._check_open()
         if self._broken is not None:
             raise EnvWorkerError(f"this env's executor has failed and was shut down "
                                  f"({self._broken}); close() it and make a new one")

@@ -8,24 +8,25 @@ returns those that have waited longest (a FIFO: no env starves), with ``info["en
 share lost while envs are in flight (its worker or actor died or hung, and was restarted) ends
 its envs' episodes as truncated with ``info["env_failure"]`` (``_async_lost``).
 
-An executor using it keeps ``_owner`` (env -> share index), ``_in_flight`` (sent, not reported),
-``_ready`` (reported, not returned yet, in order), ``_ready_infos``, ``_action_batch_spaces``,
-and implements ``_send_to_owners``, ``_collect``, ``_check_hung``, ``_share_rows`` and
-``_share_lost``.
+An executor using it is a ``fleet.ShareFleet`` (shares, ``_owner``: env -> share index,
+faults) that calls ``_init_async`` once started, ``_arrived`` as envs report, and implements
+``_send_to_owners``, ``_collect``, ``_busy_since``, ``_drop_in_flight`` and ``_share_lost``;
+``_check_hung`` fails the silent shares. It keeps ``_in_flight`` (sent, not reported),
+``_ready`` (reported, not returned yet, in order) and ``_ready_infos``.
 """
 
 from __future__ import annotations
 
-import functools
-from types import SimpleNamespace
+import time
 from typing import Any
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import FAILURE_KEY
+from envfleet.executors.infos import adder
 from envfleet.executors.shared_memory import assign_rows, export, final_obs_info, take_rows
 
 
@@ -76,10 +77,7 @@ class FirstReady:
         id, in that order); returns at once. Each id must be waiting for an action (returned
         by ``reset()`` or ``recv()``, not sent since). Nothing moves if anything is refused."""
         self._check_usable()
-        if not self._has_reset:
-            raise RuntimeError(
-                "call reset() before send()" if self._failure is None else
-                f"a previous call failed ({self._failure}): call reset() before send()")
+        self._check_has_reset("send")
         if env_ids is None:
             ids = np.arange(self.num_envs)
         else:
@@ -118,10 +116,7 @@ class FirstReady:
         """The first ``batch_size`` envs to finish (those that have waited longest first):
         (obs, rewards, terminated, truncated, info), with ``info["env_id"]`` their ids."""
         self._check_usable()
-        if not self._has_reset:
-            raise RuntimeError(
-                "call reset() before recv()" if self._failure is None else
-                f"a previous call failed ({self._failure}): call reset() before recv()")
+        self._check_has_reset("recv")
         self._check_hung("step")
         b = self.batch_size
         missing = b - len(self._ready)
@@ -143,27 +138,49 @@ class FirstReady:
             a["truncated"][ids]
         if self.autoreset_mode is AutoresetMode.DISABLED:
             self._needs_reset[ids] = terminated | truncated
-        view = SimpleNamespace(num_envs=b)
-        view._add_info = functools.partial(VectorEnv._add_info, view)
+        view = adder(b)
         infos: dict[str, Any] = {}
         ended = terminated | truncated
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended.any():
-            infos["final_obs"] = final_obs_info(self.single_observation_space,
-                                               take_rows(self._final_obs, ids), ended)
-            infos["_final_obs"] = ended
             final_info: dict[str, Any] = {}
             for k, e in enumerate(ids_list):
                 final = self._ready_infos.get(e, ({}, {}))[1]
                 if final:
                     final_info = view._add_info(final_info, final, k)
-            infos["final_info"] = final_info
-            infos["_final_info"] = ended.copy()
+            self._add_final(infos, final_obs_info(self.single_observation_space,
+                                                  take_rows(self._final_obs, ids), ended),
+                            ended, final_info, own_mask=True)
         for k, e in enumerate(ids_list):
             info = self._ready_infos.pop(e, ({}, {}))[0]
             if info:
                 infos = view._add_info(infos, info, k)
         infos["env_id"] = ids
         return obs, rewards, terminated, truncated, infos
+
+    def _init_async(self) -> None:
+        """The async bookkeeping (a transport adds its own)."""
+        self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
+        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
+        self._ready_infos: dict[int, tuple[dict, dict]] = {}  # their (info, final info)
+        self._action_batch_spaces: dict[int, Any] = {}
+
+    def _clear_async(self, ready: list[int] | None) -> None:
+        """Nothing in flight; ``ready`` (in order) waits for ``recv``."""
+        self._in_flight[:] = False
+        self._ready = dict.fromkeys(ready or ())
+        self._ready_infos = {}
+        self._drop_in_flight()
+
+    def _arrived(self, ids: int | list[int], reports: Any = ()) -> None:
+        """Envs ``ids`` reported (their rows are written): ready for ``recv``, after those
+        already waiting; ``reports``: (env, info, final info) of those with infos."""
+        for e, info, final in reports:
+            self._ready_infos[e] = (info, final)
+        self._in_flight[ids] = False
+        if type(ids) is int:
+            self._ready[ids] = None
+        else:
+            self._ready.update(dict.fromkeys(ids))
 
     def _async_lost(self) -> int:
         """Envs of workers lost (and restarted) in async mode end as truncated and are ready
@@ -190,6 +207,10 @@ class FirstReady:
         self._restart_infos = []
         return recovered
 
+    def _drop_in_flight(self) -> None:
+        """Forget the transport's requests in flight (after a reset or a step)."""
+        raise NotImplementedError
+
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """Hand the envs ``ids`` (their actions are in the buffers) to their owners."""
         raise NotImplementedError
@@ -199,11 +220,22 @@ class FirstReady:
         raise NotImplementedError
 
     def _check_hung(self, phase: str) -> int:
-        """Fail the shares silent past ``step_timeout``; how many in-flight envs came back."""
-        raise NotImplementedError
+        """Fail the shares that have had envs in flight but said nothing for
+        ``step_timeout``; returns how many in-flight envs came back (as truncated) through
+        restarts."""
+        recovered = 0
+        now = time.monotonic()
+        for share in list(self._shares):
+            since = self._busy_since(share.index)
+            if since is not None and since + self.step_timeout <= now:
+                self._failed(share, f"did not answer within step_timeout="
+                                    f"{self.step_timeout:g} s", phase)
+                recovered += self._async_lost()
+        return recovered
 
-    def _share_rows(self, index: int) -> slice:
-        """The env rows of share ``index``."""
+    def _busy_since(self, index: int) -> float | None:
+        """When share ``index`` last reported (or got work while idle), if it has envs in
+        flight; None when it has none."""
         raise NotImplementedError
 
     def _share_lost(self, index: int) -> None:

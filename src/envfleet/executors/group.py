@@ -25,6 +25,19 @@ Infos = list[tuple[int, dict[str, Any]]]
 #: the info key that reports a restarted env (``restart_failed=True``): what went wrong
 FAILURE_KEY = "env_failure"
 
+#: what happens to an env whose episode ended (by its own step, or because it was lost and
+#: rebuilt): reset on its next step, reset now (its last observation kept as ``final_obs``), or
+#: wait for ``reset(options={"reset_mask": ...})``
+PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
+
+
+def on_episode_end(mode: AutoresetMode) -> str:
+    """The executors' one autoreset rule: NEXT_STEP pends the reset to the env's next step
+    (Gymnasium 1.x), SAME_STEP resets at once, DISABLED leaves it to the caller. ``EnvGroup``
+    applies it to each env (``step``, ``step_one``, a rebuilt env), ``ShareFleet`` to every
+    env of a lost share (``EnvGroup.start_fresh`` in the new worker or actor)."""
+    return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)
+
 
 class EnvFailure(Exception):
     """An env's ``reset``/``step`` (or its factory) raised; carries what the parent reports."""
@@ -64,6 +77,7 @@ class EnvGroup:
         self.first = first
         self.row0 = row0
         self.mode = mode
+        self.rule = on_episode_end(mode)
         self.obs = nest(observation_space, arrays, "obs")
         self.actions = nest(action_space, arrays, "act")
         self.final_obs = (nest(observation_space, arrays, "final_obs")
@@ -132,8 +146,7 @@ class EnvGroup:
             obs_shape, obs_dtype = obs_rows.shape[1:], obs_rows.dtype
         write_obs, obs_buf = self.write_obs, self.obs
         pending, current, slot, envs = self.pending, self.current, self.slot, self.envs
-        next_step = self.mode is AutoresetMode.NEXT_STEP
-        same_step = self.mode is AutoresetMode.SAME_STEP
+        next_step = self.rule == PEND
         rewards: list[float] = [0.0] * n
         terminated: list[bool] = [False] * n
         truncated: list[bool] = [False] * n
@@ -157,15 +170,7 @@ class EnvGroup:
                         terminated[j] = term
                         truncated[j] = trunc
                         if term or trunc:
-                            if same_step:
-                                write_obs(self.final_obs, r0 + j, obs)
-                                if type(info) is not dict:
-                                    info = check_info(info)
-                                if info:
-                                    finals.append((first + j, info))
-                                obs, info = env.reset()
-                            else:
-                                pending[j] = True
+                            obs, info = self._episode_end(j, obs, info, finals)
                     if obs_rows is not None and type(obs) is np.ndarray \
                             and obs.dtype is obs_dtype and obs.shape == obs_shape:
                         obs_rows[j] = obs
@@ -194,17 +199,46 @@ class EnvGroup:
         current[slot] = -1  # idle
         return infos, finals
 
+    def _episode_end(self, j: int, obs: Any, info: Any, finals: Infos) -> tuple[Any, Any]:
+        """Apply the autoreset rule (``on_episode_end``) to local env ``j``, whose episode
+        has just ended with ``obs`` (None: the one in its row) and ``info``; returns the
+        observation and info its row gets (SAME_STEP: the reset's, the last ones kept as
+        ``final_obs`` and, when not empty, in ``finals``)."""
+        if self.rule == RESET_NOW:
+            if obs is None:
+                copy_row(self.obs, self.final_obs, self.row0 + j)
+            else:
+                self.write_obs(self.final_obs, self.row0 + j, obs)
+            if type(info) is not dict:
+                info = check_info(info)
+            if info:
+                finals.append((self.first + j, info))
+            return self.envs[j].reset()
+        if self.rule == PEND:
+            self.pending[j] = True
+        return obs, info
+
+    def start_fresh(self) -> Infos:
+        """These envs were built in place of a lost share's, whose episodes ended: apply the
+        autoreset rule to each (NEXT_STEP: reset on the next step; SAME_STEP: reset now, the
+        reset infos returned; DISABLED: nothing)."""
+        if self.rule == PEND:
+            self.pending[:] = True
+        elif self.rule == RESET_NOW:
+            return self.reset(None, None, None)
+        return []
+
     def step_one(self, j: int) -> tuple[dict[str, Any], dict[str, Any]]:
         """Step local env ``j`` alone (async mode), with the same autoreset as ``step``;
         its results go to its buffer rows; returns (info, final info)."""
         r = self.row0 + j
         self.current[self.slot] = self.first + j
-        final: dict[str, Any] = {}
+        finals: Infos = []
         try:
             env = self.envs[j]
             action = self.read_action(self.actions, r)
             reward, term, trunc = 0.0, False, False
-            if self.mode is AutoresetMode.NEXT_STEP and self.pending[j]:
+            if self.rule == PEND and self.pending[j]:
                 obs, info = env.reset()
                 self.pending[j] = False
             else:
@@ -212,12 +246,7 @@ class EnvGroup:
                 reward = check_reward(reward)
                 term, trunc = check_flag(term, "terminated"), check_flag(trunc, "truncated")
                 if term or trunc:
-                    if self.mode is AutoresetMode.SAME_STEP:
-                        self.write_obs(self.final_obs, r, obs)
-                        final = check_info(info)
-                        obs, info = env.reset()
-                    elif self.mode is AutoresetMode.NEXT_STEP:
-                        self.pending[j] = True
+                    obs, info = self._episode_end(j, obs, check_info(info), finals)
             self.write_obs(self.obs, r, obs)
             info = check_info(info)
             self.rewards[r] = reward
@@ -229,31 +258,28 @@ class EnvGroup:
                 raise EnvFailure(self.first + j, "step", error) from error
             info, final = self._restart(j, error)
             self.rewards[r], self.terminated[r], self.truncated[r] = 0.0, False, True
+            finals = [(j, final)] if final else []
         self.current[self.slot] = -1  # idle
-        return info or {}, final or {}
+        return info or {}, finals[0][1] if finals else {}
 
     def _restart(self, j: int, error: Exception) -> tuple[dict[str, Any], dict[str, Any]]:
-        """Rebuild local env ``j`` after ``error`` in its step; end its episode as truncated.
-
-        Its observation row keeps the last observation (NEXT_STEP / DISABLED: the final one);
-        SAME_STEP copies it to ``final_obs`` and resets the new env. Returns (info, final info).
-        """
-        failure = _describe(error)
-        env = self._rebuild(j, "step")
+        """Rebuild local env ``j`` after ``error`` in its step; its episode ends as truncated,
+        under the autoreset rule (``_episode_end``) with its row's last observation.
+        Returns (info, final info)."""
+        failure = {FAILURE_KEY: _describe(error)}
+        self._rebuild(j, "step")
         r = self.row0 + j
-        if self.mode is AutoresetMode.NEXT_STEP:
-            self.pending[j] = True
-            return {FAILURE_KEY: failure}, {}
-        if self.mode is AutoresetMode.SAME_STEP:
-            copy_row(self.obs, self.final_obs, r)
-            try:
-                obs, info = env.reset()
-                self.write_obs(self.obs, r, obs)
-                info = check_info(info)
-            except Exception as again:
-                raise EnvFailure(self.first + j, "reset", again) from again
-            return {**info, FAILURE_KEY: failure}, {FAILURE_KEY: failure}
-        return {FAILURE_KEY: failure}, {}
+        if self.rule != RESET_NOW:
+            self._episode_end(j, None, failure, [])
+            return failure, {}
+        finals: Infos = []
+        try:
+            obs, info = self._episode_end(j, None, failure, finals)
+            self.write_obs(self.obs, r, obs)
+            info = check_info(info)
+        except Exception as again:
+            raise EnvFailure(self.first + j, "reset", again) from again
+        return {**info, **failure}, failure
 
     def _rebuild(self, j: int, phase: str) -> Any:
         """Close local env ``j`` and build it again from its factory."""

@@ -24,6 +24,7 @@ key that is a dict for one env and not for another, keys ``k`` and ``_k`` togeth
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import pickle
 from multiprocessing import shared_memory
@@ -160,6 +161,24 @@ def _leaf_value(leaf: tuple, j: int) -> Any:
     if raw is None:
         return _value(values, kind, j)
     return next(v for r, v in reversed(raw) if r == j)
+
+
+def tree_of(info: dict[str, Any], n: int) -> dict[Any, tuple]:
+    """A share's info already batched by a vector env (Gymnasium's dict of arrays with
+    ``_key`` masks, ``n`` envs) as a tree, so that ``merge`` puts it at the share's rows as it
+    merges a worker's (a ``ray`` actor's local pool or native engine)."""
+    tree: dict[Any, tuple] = {}
+    for key, value in info.items():
+        if isinstance(key, str) and key[:1] == "_" and key[1:] in info:
+            continue  # (a mask)
+        mask = np.asarray(info.get(f"_{key}", np.ones(n, dtype=np.bool_)), dtype=np.bool_)
+        if isinstance(value, dict):
+            tree[key] = (tree_of(value, n), mask)
+            continue
+        values = np.asarray(value)
+        kind = "o" if values.dtype == OBJECT else "s" if values.ndim == 1 else "a"
+        tree[key] = (values, mask, kind, None)
+    return tree
 
 
 def entries(parts: list[Part]) -> list[tuple[int, dict[Any, Any]]]:
@@ -389,6 +408,19 @@ def shared_infos(sig: tuple, rows: int) -> SharedBuffers:
     shared.arrays["head"][:8] = np.frombuffer(len(head).to_bytes(8, "little"), np.uint8)
     shared.arrays["head"][8:] = np.frombuffer(head, np.uint8)
     return shared
+
+
+def unlink_info_segments(names: np.ndarray) -> None:
+    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
+    (a worker's last one, which the parent may never have attached), and forget them."""
+    for row in names:
+        name = bytes(row).rstrip(b"\0").decode()
+        if name:
+            with contextlib.suppress(OSError, ValueError):
+                segment = shared_memory.SharedMemory(name=name)
+                segment.close()
+                segment.unlink()
+        row[:] = 0
 
 
 def attach_infos(name: str, rows: int) -> tuple[SharedBuffers, dict[Any, tuple]]:

@@ -31,11 +31,11 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.executors import processes
 from envfleet.executors import worker as protocol
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.processes import ProcessVectorEnv
+from envfleet.executors.shared_batch import SharedBatch
 from envfleet.machine import usable_cores
 
 #: how long a worker polls for the next batch before sleeping (``worker.CommandWaiter``):
@@ -44,11 +44,10 @@ from envfleet.machine import usable_cores
 DEFAULT_SPIN_US = 200.0
 
 
-class PoolVectorEnv(FirstReady, ProcessVectorEnv):
+class PoolVectorEnv(FirstReady, SharedBatch, ProcessVectorEnv):
     """``num_envs`` Gymnasium envs over ``num_workers`` processes and shared memory."""
 
     backend = "pool"
-    shared_memory = True
 
     def __init__(self, factories: list[Callable[[], Any]], num_workers: int | None = None, *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -78,33 +77,14 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
     # --- first-ready async (EnvPool's send / recv) ----------------------------------------
 
     def _init_async(self) -> None:
-        n = self.num_envs
-        self._owner = np.empty(n, dtype=np.int64)  # env -> worker index
-        for w in self._workers:
-            self._owner[w.start:w.stop] = w.index
-        self._in_flight = np.zeros(n, dtype=bool)  # sent, not reported yet
+        super()._init_async()
         # per worker: envs in flight, and when it last reported (or got work while idle):
         # a worker with envs in flight that stays silent for step_timeout is hung
         self._flying = np.zeros(self.num_workers, dtype=np.int64)
         self._heard = np.zeros(self.num_workers)
-        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
-        self._ready_infos: dict[int, tuple[dict, dict]] = {}
-        self._action_batch_spaces: dict[int, Any] = {}
 
-    def _clear_async(self, ready: list[int] | None) -> None:
-        self._in_flight[:] = False
+    def _drop_in_flight(self) -> None:
         self._flying[:] = 0
-        self._ready = dict.fromkeys(ready or ())
-        self._ready_infos = {}
-
-    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-                   kwargs: dict[str, Any]) -> list[Any]:
-        self._check_idle(f"call {name!r}")
-        return super()._call_envs(rows, name, args, kwargs)
-
-    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
-        self._check_idle(f"set {name!r}")
-        super()._set_attr_envs(rows, name, values)
 
     def _send_to_owners(self, ids: np.ndarray) -> None:
         """One message per owning worker with its envs among ``ids``."""
@@ -148,38 +128,24 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
                         if not w.conn.poll():
                             break
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly "
-                                    f"({processes._exit_text(w.process.exitcode)})", phase)
+                    self._died(w, phase)
                     count -= self._async_lost()
                     break  # the new worker may have the old one's fd: poll again
 
-    def _check_hung(self, phase: str) -> int:
-        """Fail the workers that have had envs in flight but said nothing for step_timeout;
-        returns how many in-flight envs came back (as truncated) through restarts."""
-        recovered = 0
-        now = time.monotonic()
-        for index in np.flatnonzero((self._flying > 0)
-                                    & (self._heard + self.step_timeout <= now)).tolist():
-            self._failed(self._workers[index], f"did not answer within step_timeout="
-                                               f"{self.step_timeout:g} s", phase)
-            recovered += self._async_lost()
-        return recovered
-
-    def _share_rows(self, index: int) -> slice:
-        w = self._workers[index]
-        return slice(w.start, w.stop)
+    def _busy_since(self, index: int) -> float | None:
+        return float(self._heard[index]) if self._flying[index] > 0 else None
 
     def _share_lost(self, index: int) -> None:
         self._flying[index] = 0
 
     def _report(self, message: bytes) -> int:
         kind = message[:1]
+        reports: tuple = ()
         if kind == protocol.DONE:
             e = int.from_bytes(message[1:9], "little", signed=True)
         elif kind == protocol.DONE_INFO:
             e, info, final, values = pickle.loads(message[1:])
-            self._ready_infos[e] = (info, final)
+            reports = ((e, info, final),)
             for name, value in (values or {}).items():  # its object leaves' values
                 self.arrays[name][e] = value
         elif kind == protocol.ERROR:
@@ -189,10 +155,9 @@ class PoolVectorEnv(FirstReady, ProcessVectorEnv):
             raise failure_error(index, what, error_type, text, tb)
         else:
             raise AssertionError(f"unexpected report {kind!r}")
-        self._in_flight[e] = False
         w = self._owner[e]
         self._flying[w] -= 1
         self._heard[w] = time.monotonic()
-        self._ready[e] = None
+        self._arrived(e, reports)
         return 1
 

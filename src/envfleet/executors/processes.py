@@ -1,24 +1,17 @@
-"""Worker processes for the ``pool`` and ``subprocess`` executors: start, talk, watch, stop.
+"""Worker processes for the ``pool`` and ``subprocess`` executors: the process transport of
+``fleet.ShareFleet`` (spawn, send, gather, kill, close; faults and restarts are the core's).
 
-``ProcessVectorEnv`` splits the envs into contiguous shares, one per worker process (started
-with ``forkserver`` where available, else ``spawn``: a forked copy of a process that ran
-Numba's threads can die), ships each worker its factories with cloudpickle, then drives the
-workers with one message each way per batch (``executors.worker`` has the protocol).
-
+``ProcessVectorEnv`` runs each share in one worker process (started with ``forkserver`` where
+available, else ``spawn``: a forked copy of a process that ran Numba's threads can die), ships
+it its factories with cloudpickle, then drives the workers with one message each way per batch
+(``executors.worker`` has the protocol; ``shared_batch.SharedBatch`` the pool's shared memory).
 Waiting never spins and never blocks forever: the parent sleeps in ``poll(2)`` on the workers'
-pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once);
-one that does not answer in time is killed. Either is reported as ``EnvWorkerError`` naming
-the env it was on, after which every worker is stopped and every segment unlinked.
-
-With ``restart_failed=True`` a lost worker (dead, or killed after ``step_timeout``) is started
-again in its place instead, and every env it ran ends its episode as truncated, with
-``info["env_failure"]`` saying why; an env that raises is rebuilt inside its worker
-(``EnvGroup``). The other workers' envs step on untouched.
+pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once),
+one that does not answer in time is lost too (``ShareFleet._failed``).
 """
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import multiprocessing
 import os
@@ -27,9 +20,8 @@ import select
 import signal
 import time
 import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from multiprocessing import shared_memory
 from typing import Any
 
 import cloudpickle
@@ -37,165 +29,44 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import worker as protocol
-from envfleet.executors.base import (
-    DEFAULT_STEP_TIMEOUT,
-    EnvWorkerError,
-    ExecutorVectorEnv,
-    failure_error,
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT
+from envfleet.executors.fleet import (
+    MIN_START_TIMEOUT,
+    Share,
+    ShareFleet,
+    check_count,
+    check_timeout,
+    split,
 )
-from envfleet.executors.group import FAILURE_KEY, Infos
-from envfleet.executors.infos import ConcatPlan, InfoParts, attach_infos, entries
+from envfleet.executors.group import Infos
+from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
-from envfleet.executors.shared_memory import BufferLayout, SharedBuffers, copy_row
+from envfleet.executors.shared_memory import SharedBuffers
 from envfleet.machine import usable_core_ids
 
-#: start-up (building the envs) may take longer than a step: at least this many seconds
-MIN_START_TIMEOUT = 60.0
-#: how long a worker asked to close may take before it is killed
-CLOSE_GRACE = 1.0
-#: the stand-in result of a worker lost (and started again) during a batch
-LOST = b"X"
 #: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
 STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
-#: room for the name of a worker's info segment (``worker.InfoPublisher``)
-INFO_NAME_BYTES = 64
-
-
-def default_start_method() -> str:
-    methods = multiprocessing.get_all_start_methods()
-    return "forkserver" if "forkserver" in methods else "spawn"
-
-
-def split(num_envs: int, num_workers: int) -> list[tuple[int, int]]:
-    """Contiguous shares ``[start, stop)``, sizes differing by one at most."""
-    base, extra = divmod(num_envs, num_workers)
-    shares, start = [], 0
-    for w in range(num_workers):
-        stop = start + base + (w < extra)
-        shares.append((start, stop))
-        start = stop
-    return shares
-
-
-#: what a worker's start-up failure means when it re-imported an unguarded main script
-UNGUARDED_MAIN = (
-    "envfleet's worker processes import your main script again, and its top-level code "
-    "builds worker processes itself: put the code that makes the env under\n"
-    '    if __name__ == "__main__":\n'
-    "(Python's multiprocessing needs this guard with the forkserver and spawn start methods; "
-    "see https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-"
-    "start-methods)")
-
-
-def _pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int) -> bytes:
-    """The factories of envs ``start .. stop - 1``, cloudpickled for their worker; a factory
-    that cannot be pickled is named (TypeError)."""
-    try:
-        return cloudpickle.dumps(factories[start:stop])
-    except Exception:
-        for i in range(start, stop):
-            try:
-                cloudpickle.dumps(factories[i])
-            except Exception as error:
-                raise TypeError(
-                    f"env {i}'s factory {factories[i]!r} cannot be sent to a worker process "
-                    f"({type(error).__name__}: {error}); factories must be picklable (with "
-                    f"cloudpickle): create unpicklable objects (locks, open files, "
-                    f"connections) inside the factory, not before") from error
-        raise
 
 
 @dataclass
-class Worker:
-    index: int
-    start: int
-    stop: int
-    process: Any
-    conn: Any
+class Worker(Share):
+    """A share run by a worker process, and the parent's end of its pipe."""
+
+    process: Any = None
+    conn: Any = None
 
     def describe(self) -> str:
-        envs = f"env {self.start}" if self.stop - self.start == 1 else \
-            f"envs {self.start}..{self.stop - 1}"
-        return f"worker {self.index} ({envs}, pid {self.process.pid})"
+        return f"worker {self.index} ({self.envs()}, pid {self.process.pid})"
 
 
-def _exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def _stopped(pid: int | None) -> bool:
-    """Process ``pid`` is stopped (SIGSTOP, or traced); False when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
-
-
-def _unlink_info_segments(names: np.ndarray) -> None:
-    """Unlink the info segments named in ``names`` (rows of ``infonames``) that still exist
-    (a worker's last one, which the parent may never have attached), and forget them."""
-    for row in names:
-        name = bytes(row).rstrip(b"\0").decode()
-        if name:
-            with contextlib.suppress(OSError, ValueError):
-                segment = shared_memory.SharedMemory(name=name)
-                segment.close()
-                segment.unlink()
-        row[:] = 0
-
-
-def _shutdown(workers: list[Worker], buffers: list[SharedBuffers],
-              closers: list[Any] | None = None) -> None:
-    """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
-    for w in workers:
-        if _stopped(w.process.pid):  # (SIGSTOP: it could neither close nor handle SIGTERM)
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send_bytes(protocol.CLOSE)
-    deadline = time.monotonic() + CLOSE_GRACE
-    for w in workers:
-        w.process.join(max(deadline - time.monotonic(), 0.0))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [w for w in workers if w.process.is_alive()]
-        for w in alive:
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, sig)
-                if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
-                    os.kill(w.process.pid, signal.SIGCONT)
-        for w in alive:
-            w.process.join(2.0)
-    for w in workers:
-        with contextlib.suppress(OSError):
-            w.conn.close()
-        with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
-            w.process.close()
-    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
-        _unlink_info_segments(buffers[0].arrays["infonames"])
-    for b in buffers:
-        b.close()
-        b.unlink()
-    for c in closers or ():
-        if hasattr(c, "close"):
-            with contextlib.suppress(OSError):
-                c.close()
-    workers.clear()
-    buffers.clear()
-    if closers:
-        closers.clear()
-
-
-class ProcessVectorEnv(ExecutorVectorEnv):
-    """Envs split over worker processes; subclasses choose the shares and the transport."""
+class ProcessVectorEnv(ShareFleet):
+    """Envs split over worker processes: the transport of ``ShareFleet`` (spawn, send,
+    gather, kill, close). How a batch's buffers reach the workers is a mixin's: every buffer
+    piped (``subprocess.PipeBatch``) or one shared segment (``shared_batch.SharedBatch``),
+    each giving ``_open_sync``, ``_make_buffers``, ``_started``, ``_buffers_of``,
+    ``_piped_names``, ``_expect``, ``_forget``, ``_wait`` and ``_segment_part``."""
 
     backend = "processes"
-    shared_memory = True
 
     def __init__(self, factories: list[Callable[[], Any]], num_workers: int, *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -210,29 +81,22 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             os._exit(protocol.MAIN_REIMPORTED)
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
-        if isinstance(num_workers, bool) or not isinstance(num_workers, int) \
-                or not num_workers >= 1:
-            raise ValueError(f"num_workers must be an int >= 1, got {num_workers!r}")
-        if not (isinstance(step_timeout, int | float) and step_timeout > 0):
-            raise ValueError(f"step_timeout must be a number of seconds > 0, got "
-                             f"{step_timeout!r}")
-        self.step_timeout = float(step_timeout)
-        self.num_workers = min(num_workers, num_envs)
+        self.num_workers = min(check_count("num_workers", num_workers), num_envs)
+        self.step_timeout = check_timeout(step_timeout)
         self.pin_workers = bool(pin_workers)
         self.restart_failed = bool(restart_failed)
         if isinstance(spin_us, bool) or not isinstance(spin_us, int | float) or spin_us < 0:
             raise ValueError(f"spin_us must be a number of microseconds >= 0, got {spin_us!r}")
         self.spin_us = float(spin_us)
-        self._lost: dict[int, str] = {}  # this batch's lost workers: index -> what happened
-        self._restart_infos: Infos = []  # the reset infos of their new envs (SAME_STEP)
         self._workers: list[Worker] = []
+        self._init_shares(self._workers)
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
         self._closers: list[Any] = []  # other connections to close at the end
-        self._finalizer = weakref.finalize(self, _shutdown, self._workers, self._buffers,
-                                           self._closers)
+        self._finalizer = weakref.finalize(self, protocol.stop_workers, self._workers,
+                                           self._buffers, self._closers)
         try:
-            self._start(factories, start_method or default_start_method())
+            self._start(factories, start_method or protocol.default_start_method())
         except BaseException:
             self._finalizer()
             raise
@@ -245,67 +109,31 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             # workers fork from a server that has imported what they need
             ctx.set_forkserver_preload(["envfleet.executors.worker"])
         self._cores = usable_core_ids() if self.pin_workers else []
-        self._lock = self._done_w = None
-        if self.shared_memory:  # the last worker to finish a batch wakes the parent
-            self._lock = ctx.Lock()  # a named semaphore: unlinked when the last reference goes
-            self._closers.append(self._lock)
-            self._done, self._done_w = ctx.Pipe(duplex=False)
-            self._closers += [self._done, self._done_w]  # (the write end: for restarts)
+        self._lock = self._done_w = self._current = None  # (_current: read by _env_of)
+        self._open_sync(ctx)
         self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
-            payload = _pickle_factories(factories, start, stop)
+            payload = protocol.pickle_factories(factories, start, stop)
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
-        self._starts = [w.start for w in self._workers]
+        self._init_shares(self._workers)
         self._poller = select.poll()
         self._by_fd = {}
         for w in self._workers:
             self._watch(w)
-
-        self._current = None  # set once the shared buffers exist; read by _fatal before that
-        self._info_state = None  # (the same: shared memory only)
-        # per worker: (its info segment's number, the segment, its tree of arrays)
-        self._info_trees: dict[int, tuple[int, SharedBuffers, dict]] = {}
-        self._info_plan: tuple[tuple[int, ...], ConcatPlan | None] | None = None
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
         obs_space, act_space, metadata, render_mode, _ = hellos[0]
         check_spaces([pair for hello in hellos for pair in hello[4]])  # (as serial's check)
-        layout = self._setup(obs_space, act_space, metadata, render_mode)
-        if self.shared_memory:
-            fields = {name: (shape, dtype) for name, shape, dtype, _ in layout.fields}
-            fields["current"] = ((self.num_workers,), np.int64)
-            # [workers finished, workers expected, batch number]
-            fields["sync"] = ((3,), np.int64)
-            fields["finished"] = ((self.num_workers,), np.int64)  # this batch, per worker
-            # per worker: which of its info segments holds this step's infos (0: none), and
-            # that segment's name (worker.InfoPublisher)
-            fields["infostate"] = ((self.num_workers,), np.int64)
-            fields["infonames"] = ((self.num_workers, INFO_NAME_BYTES), np.uint8)
-            self._layout = BufferLayout.of(fields)
-            shared = SharedBuffers.create(self._layout)
-            self._buffers.append(shared)
-            self._bind(shared.arrays)
-            self._current = shared.arrays["current"]
-            self._sync = shared.arrays["sync"]
-            self._finished = shared.arrays["finished"]
-            # (read every batch: a memoryview's items are cheaper to read than NumPy's)
-            self._info_state = memoryview(shared.arrays["infostate"]).cast("B").cast("q")
-            self._info_names = shared.arrays["infonames"]
-        else:
-            self._bind(layout.local())
-            self._current = None
+        self._make_buffers(self._setup(obs_space, act_space, metadata, render_mode))
         for w in self._workers:
-            w.conn.send_bytes(self._layout_message(w, None))
+            w.conn.send_bytes(self._layout_message(w, False))
         self._gather(self._workers, "make", timeout)
-        if self.shared_memory:
-            self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
-        # the actions that go to the workers through their pipes, not the shared buffers: all
-        # of them with the pipe transport, the object leaves (Text, Graph...) with shared memory
-        self._piped_actions = [k for k in (self._layout.objects if self.shared_memory else
-                                           self.arrays) if k.split(".")[0] == "act"]
+        self._started()
+        # the actions that go to the workers through their pipes
+        self._piped_actions = [k for k in self._piped_names() if k.split(".")[0] == "act"]
 
     def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
         """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
@@ -317,35 +145,23 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                   self._done_w, self.spin_us))
         process.start()
         child_conn.close()
-        return Worker(index, start, stop, process, parent_conn)
+        return Worker(index, start, stop, process=process, conn=parent_conn)
 
     def _watch(self, w: Worker) -> None:
         self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
         self._by_fd[w.conn.fileno()] = w
 
-    def _layout_message(self, w: Worker, fresh: str | None) -> bytes:
+    def _layout_message(self, w: Worker, fresh: bool) -> bytes:
         """The start-up message that hands worker ``w`` its buffers (``fresh``: see worker)."""
-        if self.shared_memory:
-            layout, segment, row0 = self._layout, self._buffers[0].name, w.start
-        else:
-            layout, segment, row0 = self._setup_local_layout(w), None, 0
+        layout, segment, row0 = self._buffers_of(w)
         return protocol.LAYOUT + pickle.dumps(
             (layout, segment, self.autoreset_mode, row0, self.restart_failed, fresh))
-
-    def _setup_local_layout(self, w: Worker) -> BufferLayout:
-        rows = w.stop - w.start
-        return BufferLayout.of({name: ((rows, *shape[1:]), dtype)
-                                for name, shape, dtype, _ in
-                                self._layout_fields()})
-
-    def _layout_fields(self) -> list[tuple[str, tuple[int, ...], str, int]]:
-        return [(name, a.shape, a.dtype.str, 0) for name, a in self.arrays.items()]
 
     # --- talking to the workers -------------------------------------------------------------
 
     def _gather(self, workers: list[Worker], phase: str, timeout: float) -> list[bytes]:
         """The replies of ``workers`` (in order), or an EnvWorkerError (after shutting down on
-        a dead or silent worker; with ``restart_failed`` its reply is ``LOST`` instead). An
+        a dead or silent worker; with ``restart_failed`` its reply is ``protocol.LOST`` instead). An
         env's exception is raised once every worker answered."""
         replies: dict[int, bytes] = {}
         waiting = {w.index for w in workers}
@@ -359,7 +175,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 self._failed(silent, f"did not answer within step_timeout="
                              f"{self.step_timeout:g} s" if phase != "make" else
                              f"did not finish building its envs within {timeout:g} s", phase)
-                replies[silent.index] = LOST
+                replies[silent.index] = protocol.LOST
                 waiting.discard(silent.index)
                 continue
             for fd, _ in events:
@@ -369,10 +185,8 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 try:
                     replies[w.index] = w.conn.recv_bytes()
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
-                                 phase)
-                    replies[w.index] = LOST
+                    self._died(w, phase)
+                    replies[w.index] = protocol.LOST
                     waiting.discard(w.index)
                     break  # the new worker may have the old one's fd: poll again
                 waiting.discard(w.index)
@@ -382,14 +196,7 @@ class ProcessVectorEnv(ExecutorVectorEnv):
 
     def _raise_errors(self, ordered: list[bytes]) -> None:
         """Raise the error of the lowest env index among the results, if any."""
-        errors = [r for r in ordered if r[:1] == protocol.ERROR]
-        if errors:
-            failures = sorted(pickle.loads(r[1:]) for r in errors)
-            index, what, error_type, text, tb = failures[0]
-            if what == "make":
-                self._broken = f"env {index} could not be built"
-                self._shutdown()
-            raise failure_error(index, what, error_type, text, tb)
+        self._raise_first([pickle.loads(r[1:]) for r in ordered if r[:1] == protocol.ERROR])
 
     def _send(self, w: Worker, message: bytes, phase: str, framed: bool = False) -> bool:
         """Send ``message`` to ``w`` (``framed``: already framed as ``Connection.send_bytes``
@@ -402,52 +209,39 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 w.conn.send_bytes(message)
             return True
         except OSError:  # the worker is gone (its end of the pipe closed)
-            w.process.join(0.5)
-            self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
+            self._died(w, phase)
             return False
 
-    def _failed(self, w: Worker, what: str, phase: str) -> None:
-        """Worker ``w`` died or hung in ``phase``: start it again (``restart_failed``, during a
-        step or reset), or shut everything down and raise (``_fatal``)."""
-        if not (self.restart_failed and phase in ("step", "reset")):
-            self._fatal(w, what, phase)
-        self._restart(w, what, phase)
+    def _died(self, w: Worker, phase: str) -> None:
+        """Worker ``w``'s pipe closed: it died (reaped, its exit named)."""
+        w.process.join(0.5)
+        self._failed(w, f"died unexpectedly ({protocol.exit_text(w.process.exitcode)})", phase)
 
-    def _restart(self, w: Worker, what: str, phase: str) -> None:
-        """Replace lost worker ``w`` by a new process over new envs (same rows, same slot).
+    def _stop(self, w: Worker) -> None:
+        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
+            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
 
-        Its envs' episodes end: during a step, NEXT_STEP envs are reset on their next step and
-        SAME_STEP envs at once (their last observations become ``final_obs``); during a reset
-        the caller resets them again. A shared-memory batch stops waiting for ``w``.
-        """
-        env = self._env_of(w, phase)
-        self._lost[w.index] = f"{w.describe()} {what}" + (
-            f" while running env {env}'s {phase}()" if env is not None else "")
-        if self.shared_memory:  # count w out of this batch unless it already counted itself
-            with self._counter_lock():
-                if not self._finished[w.index]:
-                    self._sync[1] -= 1
+    def _fatal(self, w: Worker, what: str, phase: str) -> None:
+        if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
+            self._shutdown()
+            raise RuntimeError(protocol.UNGUARDED_MAIN) from None
+        super()._fatal(w, what, phase)
+
+    def _restarted_where(self, w: Worker) -> str:
+        return f" as pid {w.process.pid}"
+
+    def _replace(self, w: Worker, fresh: bool, what: str, phase: str) -> Infos:
+        """Forget lost worker ``w`` (counted out of a shared-memory batch, reaped, its info
+        segments unlinked) and start a new process over new envs in its place."""
+        self._forget(w)
         fd = w.conn.fileno()
         self._poller.unregister(fd)
         del self._by_fd[fd]
-        if w.process.is_alive():
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, signal.SIGKILL)
         w.process.join(2.0)
-        self._drop_infos(w.index, lost=True)
         with contextlib.suppress(OSError):
             w.conn.close()
         with contextlib.suppress(ValueError):
             w.process.close()
-        fresh, rows, final_obs = None, slice(w.start, w.stop), {}
-        if phase == "step" and self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            fresh = "pending"
-        elif phase == "step" and self.autoreset_mode is AutoresetMode.SAME_STEP:
-            fresh = "reset"
-            copy_row(self._obs, self._final_obs, rows)
-            # (kept apart: a pipe-transport worker's reset reply carries its own final_obs)
-            final_obs = {k: a[rows].copy() for k, a in self.arrays.items()
-                         if k.split(".")[0] == "final_obs"}
         new = self._spawn(w.index, w.start, w.stop, self._payloads[w.index])
         w.process, w.conn = new.process, new.conn
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
@@ -461,12 +255,11 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
                    if reply[:1] == protocol.ERROR else "its new process did not start")
             self._fatal(w, f"{what}, and could not be restarted ({why})", phase)
-        self._restart_infos += entries(self._infos([w], [reply])[0])
-        for k, rows_value in final_obs.items():
-            self.arrays[k][rows] = rows_value
+        infos = entries(self._infos([w], [reply])[0])
         if self._current is not None:
             self._current[w.index] = -1
         self._watch(w)
+        return infos
 
     def _await(self, w: Worker, timeout: float) -> bytes:
         """``w``'s next message, or b"" if it dies or stays silent for ``timeout`` s."""
@@ -478,33 +271,20 @@ class ProcessVectorEnv(ExecutorVectorEnv):
         return b""
 
     def _env_of(self, w: Worker, phase: str) -> int | None:
-        """The env worker ``w`` was running (None when unknown)."""
+        """The env worker ``w`` was running (shared memory: its slot of ``current``)."""
         if self._current is not None and phase != "make":
             env = int(self._current[w.index])
             return env if w.start <= env < w.stop else None
-        return w.start if w.stop - w.start == 1 else None
-
-    def _fatal(self, w: Worker, what: str, phase: str) -> None:
-        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
-            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
-        if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
-            self._shutdown()
-            raise RuntimeError(UNGUARDED_MAIN) from None
-        env = self._env_of(w, phase)
-        on = f" while running env {env}'s {phase}()" if env is not None else f" during {phase}"
-        message = f"{w.describe()} {what}{on}"
-        self._broken = message
-        self._shutdown()
-        raise EnvWorkerError(message, env_index=env)
+        return super()._env_of(w, phase)
 
     def _infos(self, workers: list[Worker],
                replies: list[bytes]) -> tuple[InfoParts, InfoParts]:
         """The workers' batched infos and final infos (their piped outputs stored)."""
         infos, finals = InfoParts(), InfoParts()
-        state = self._info_state
         for w, reply in zip(workers, replies, strict=True):
-            if state is not None and state[w.index] and reply[:1] != LOST:
-                infos.append((slice(w.start, w.stop), self._shared_infos(w)))
+            part = self._segment_part(w, reply)
+            if part is not None:
+                infos.append(part)
             if reply[:1] == protocol.INFO:
                 step_infos, final_infos, outputs = pickle.loads(reply[1:])
                 for parts, part in ((infos, step_infos), (finals, final_infos)):
@@ -514,85 +294,22 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                 if outputs is not None:
                     for name, value in outputs.items():
                         self.arrays[name][w.start:w.stop] = value
-        if len(infos) == len(self._workers) and all(
-                state is not None and state[w.index] and reply[:1] == protocol.OK
-                for w, reply in zip(workers, replies, strict=True)):
-            infos.plan = self._plan(infos)  # (every worker's infos in its segment, only)
         return infos, finals
 
-    def _plan(self, infos: InfoParts) -> ConcatPlan | None:
-        """The merge plan of the workers' info segments (made again when one changes)."""
-        key = tuple(self._info_state[w.index] for w in self._workers)
-        if self._info_plan is None or self._info_plan[0] != key:
-            self._info_plan = (key, ConcatPlan.of([tree for _, tree in infos]))
-        return self._info_plan[1]
+    # --- ShareFleet's transport hooks -------------------------------------------------------
 
-    def _shared_infos(self, w: Worker) -> dict:
-        """The tree of worker ``w``'s step infos in its info segment (attached on first sight
-        of a new segment: the worker writes its name before its number)."""
-        number = self._info_state[w.index]
-        known = self._info_trees.get(w.index)
-        if known is None or known[0] != number:
-            self._drop_infos(w.index)
-            name = bytes(self._info_names[w.index]).rstrip(b"\0").decode()
-            shared, tree = attach_infos(name, w.stop - w.start)
-            self._buffers.append(shared)
-            known = self._info_trees[w.index] = (number, shared, tree)
-        return known[2]
-
-    def _drop_infos(self, index: int, lost: bool = False) -> None:
-        """Unmap and unlink worker ``index``'s info segment, if any; when the worker is
-        ``lost``, also the one it may have made last without the parent seeing it used."""
-        self._info_plan = None  # (it holds the segments' arrays; a new worker counts from 1)
-        known = self._info_trees.pop(index, None)
-        if known is not None:
-            shared = known[1]
-            del known
-            shared.close()
-            shared.unlink()
-            self._buffers.remove(shared)
-        if lost and self._info_state is not None:
-            _unlink_info_segments(self._info_names[index:index + 1])
-            self._info_state[index] = 0
-
-    # --- executor hooks ------------------------------------------------------------------------
-
-    def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> InfoParts:
-        infos, lost = self._reset_workers(mask, seeds, options)
-        if lost:  # restarted workers: reset their new envs (once)
-            only = np.zeros(self.num_envs, dtype=bool)
-            for index in lost:
-                w = self._workers[index]
-                only[w.start:w.stop] = True if mask is None else mask[w.start:w.stop]
-            again, still = self._reset_workers(only, seeds, options)
-            if still:
-                w = self._workers[next(iter(still))]
-                self._fatal(w, f"was lost again while its envs were reset after a restart "
-                               f"({still[w.index]})", "reset")
-            kept = [(i, info) for i, info in entries(infos) if not only[i]]
-            infos = InfoParts([(None, kept + entries(again) + self._failure_infos(lost))])
-        return infos
-
-    def _reset_workers(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                       options: dict[str, Any] | None) -> tuple[InfoParts, dict[int, str]]:
-        """Reset the masked envs; (infos, the workers lost and restarted meanwhile)."""
-        self._begin_batch()
-        sent = [w for w in self._workers
-                if mask is None or mask[w.start:w.stop].any()]
-        if self.shared_memory:
-            self._sync[1] = len(sent)
+    def _reset_shares(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                      options: dict[str, Any] | None) -> InfoParts:
+        sent = [w for w in self._workers if mask is None or mask[w.start:w.stop].any()]
+        self._expect(len(sent))
         for w in sent:
             m = None if mask is None else mask[w.start:w.stop]
             s = None if seeds is None else seeds[w.start:w.stop]
             self._send(w, protocol.RESET + pickle.dumps((m, s, options)), "reset")
-        infos = self._exchange(sent, "reset")[0]
-        return infos, dict(self._lost)
+        return self._exchange(sent, "reset")[0]
 
-    def _step_envs(self) -> tuple[InfoParts, InfoParts]:
-        self._begin_batch()
-        if self.shared_memory:
-            self._sync[1] = len(self._workers)
+    def _step_shares(self) -> tuple[InfoParts, InfoParts]:
+        self._expect(len(self._workers))
         for w in self._workers:
             if not self._piped_actions:  # (the actions are in the shared buffers)
                 self._send(w, STEP_FRAME, "step", framed=True)
@@ -600,122 +317,31 @@ class ProcessVectorEnv(ExecutorVectorEnv):
             self._send(w, protocol.STEP + pickle.dumps(
                 {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
                 protocol=pickle.HIGHEST_PROTOCOL), "step")
-        infos, finals = self._exchange(self._workers, "step")
-        if self._lost:  # their envs' episodes end here, truncated
-            a = self.arrays
-            for index in self._lost:
-                w = self._workers[index]
-                a["rewards"][w.start:w.stop] = 0.0
-                a["terminated"][w.start:w.stop] = False
-                a["truncated"][w.start:w.stop] = True
-            failures = self._failure_infos(self._lost)
-            infos.append((None, self._restart_infos + failures))
-            if self.autoreset_mode is AutoresetMode.SAME_STEP:
-                finals.append((None, failures))
-        return infos, finals
+        return self._exchange(self._workers, "step")
 
-    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-                   kwargs: dict[str, Any]) -> list[Any]:
-        owners = self._owners(rows)
+    def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
+                     kwargs: dict[str, Any]) -> dict[int, list[Any]]:
         workers = [self._workers[index] for index in owners]
         for w in workers:
             self._send(w, protocol.CALL + cloudpickle.dumps((owners[w.index], name, args,
                                                               kwargs)), "call")
         replies = self._gather(workers, "call", self.step_timeout)
-        results = {w.index: iter(pickle.loads(reply[1:]))
-                   for w, reply in zip(workers, replies, strict=True)}
-        return [next(results[self._owner_of(i).index]) for i in rows]
+        return {w.index: pickle.loads(reply[1:])
+                for w, reply in zip(workers, replies, strict=True)}
 
-    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
-        owners = self._owners(rows)
+    def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
+                         values: dict[int, list[Any]]) -> None:
         workers = [self._workers[index] for index in owners]
         for w in workers:
-            mine = [v for i, v in zip(rows, values, strict=True) if self._owner_of(i) is w]
-            self._send(w, protocol.SET_ATTR + cloudpickle.dumps((owners[w.index], name, mine)),
-                       "set_attr")
+            self._send(w, protocol.SET_ATTR + cloudpickle.dumps(
+                (owners[w.index], name, values[w.index])), "set_attr")
         self._gather(workers, "set_attr", self.step_timeout)
-
-    def _owner_of(self, i: int) -> Worker:
-        """The worker that runs env ``i``."""
-        return self._workers[bisect.bisect_right(self._starts, i) - 1]
-
-    def _owners(self, rows: list[int]) -> dict[int, list[int]]:
-        """Worker index -> its local rows among envs ``rows`` (in ``rows``' order)."""
-        owners: dict[int, list[int]] = {}
-        for i in rows:
-            w = self._owner_of(i)
-            owners.setdefault(w.index, []).append(i - w.start)
-        return dict(sorted(owners.items()))
-
-    def _begin_batch(self) -> None:
-        self._lost = {}
-        self._restart_infos = []
-        if self.shared_memory:
-            self._sync[0] = 0
-            self._sync[2] += 1
-            self._finished[:] = 0
-
-    def _failure_infos(self, lost: dict[int, str]) -> Infos:
-        """``info["env_failure"]`` for every env of the ``lost`` workers."""
-        return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
-                for i in range(self._workers[index].start, self._workers[index].stop)]
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending
         if not workers:  # e.g. a reset_mask without any True
             return InfoParts(), InfoParts()
-        if not self.shared_memory:
-            return self._infos(workers, self._gather(workers, phase, self.step_timeout))
-        return self._infos(workers, self._wait_done(workers, phase))
-
-    def _wait_done(self, workers: list[Worker], phase: str) -> list[bytes]:
-        """Shared memory: sleep until the last worker's ``done`` message for this batch (or a
-        fault); the results of workers with something to say, ``b"k"`` for the others
-        (``LOST`` for lost ones). A worker that does not finish within ``step_timeout`` is the
-        one that failed, whether it was running an env or never started (stopped, stuck)."""
-        replies = {w.index: protocol.OK for w in workers}
-        said: set[int] = set()
-        done_fd = self._done.fileno()
-        batch = int(self._sync[2])
-        deadline = time.monotonic() + self.step_timeout
-        while True:
-            # lost workers were counted out: the others may all have finished already, and the
-            # last of them saw nothing left to wake the parent for
-            if self._lost and self._batch_complete():
-                break
-            remaining = deadline - time.monotonic()
-            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
-            if not events:
-                for w in self._unfinished(workers):
-                    self._failed(w, f"did not answer within step_timeout="
-                                    f"{self.step_timeout:g} s", phase)
-                deadline = time.monotonic() + self.step_timeout
-                continue
-            finished = False
-            for fd, _ in events:
-                if fd == done_fd:
-                    # (a late wake-up of an earlier batch carries that batch's number)
-                    finished |= int.from_bytes(self._done.recv_bytes(), "little") == batch
-                elif not self._read_result(self._by_fd[fd], phase, replies, said):
-                    break  # a worker was restarted (its fd may be reused): poll again
-            if finished:
-                break
-        # results were written before their workers counted themselves finished (and said so)
-        flags = self._finished
-        for w in workers:
-            if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
-                self._read_result(w, phase, replies, said)
-        for index in self._lost:
-            replies[index] = LOST
-        ordered = [replies[w.index] for w in workers]
-        self._raise_errors(ordered)
-        return ordered
-
-    def _unfinished(self, workers: list[Worker]) -> list[Worker]:
-        """The ``workers`` (not lost) that have not counted themselves finished this batch."""
-        with self._counter_lock():
-            return [w for w in workers
-                    if w.index not in self._lost and not self._finished[w.index]]
+        return self._infos(workers, self._wait(workers, phase))
 
     def _resync(self) -> None:
         """After an interrupted call: every worker answers a fresh token once it has finished
@@ -735,51 +361,9 @@ class ProcessVectorEnv(ExecutorVectorEnv):
                     elif w.conn.recv_bytes() == protocol.SYNCED + token:
                         break
                 except (EOFError, OSError):
-                    w.process.join(0.5)
-                    self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})",
-                                 "reset")
-
-    def _batch_complete(self) -> bool:
-        """Every worker still expected has finished (after lost ones were counted out)."""
-        with self._counter_lock():
-            return bool(self._sync[0] >= self._sync[1])
-
-    @contextlib.contextmanager
-    def _counter_lock(self) -> Iterator[None]:
-        """The lock of the shared batch counter, never waited on forever: a worker killed
-        while holding it would hold it for good, and the pool cannot go on."""
-        if not self._lock.acquire(timeout=self.step_timeout):
-            self._broken = (f"the batch counter's lock was not released within step_timeout="
-                            f"{self.step_timeout:g} s (a worker died holding it)")
-            self._shutdown()
-            raise EnvWorkerError(self._broken)
-        try:
-            yield
-        finally:
-            self._lock.release()
-
-    def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
-                     said: set[int]) -> bool:
-        """Read ``w``'s one result of this batch; anything else on its pipe is its death
-        (False: ``w`` was restarted)."""
-        if w.index in self._lost:
-            return True
-        if w.index in replies and w.index not in said:
-            try:
-                replies[w.index] = w.conn.recv_bytes()
-                said.add(w.index)
-                return True
-            except (EOFError, OSError):
-                pass
-        w.process.join(0.5)
-        self._failed(w, f"died unexpectedly ({_exit_text(w.process.exitcode)})", phase)
-        return False
+                    self._died(w, "reset")
 
     def _shutdown(self) -> None:
         """Stop every worker and release every shared resource (idempotent)."""
         self._lock = None  # the named semaphore is unlinked with its last reference
-        self._info_plan = None  # (it holds views of the info segments)
         self._finalizer()
-
-    def _close_executor(self) -> None:
-        self._shutdown()

@@ -1,6 +1,6 @@
 """``ray``: the envs on Ray actors, each stepping a contiguous share with a local engine.
 
-W actors each own envs ``start .. stop - 1`` (``processes.split``) and step them with a local
+W actors each own envs ``start .. stop - 1`` (``fleet.split``) and step them with a local
 envfleet engine: an ``EnvGroup`` (``engine="serial"``, what every pool worker runs: the same
 autoreset and trajectories as ``serial``) or a local ``pool`` for Gymnasium ids and factories,
 and the native kernel (``engine="numba"``: ``envfleet.make(id, k, backend="numba")``) for
@@ -44,18 +44,33 @@ from gymnasium.vector import AutoresetMode
 from envfleet.executors.base import (
     DEFAULT_STEP_TIMEOUT,
     EnvWorkerError,
-    ExecutorVectorEnv,
     RemoteTraceback,
     buffer_layout,
     failure_error,
     spaces_mismatch,
 )
 from envfleet.executors.first_ready import FirstReady
-from envfleet.executors.group import FAILURE_KEY, EnvFailure, EnvGroup, Infos
+from envfleet.executors.fleet import (
+    MIN_START_TIMEOUT,
+    Share,
+    ShareFleet,
+    check_count,
+    check_timeout,
+    split,
+)
+from envfleet.executors.group import (
+    PEND,
+    RESET_NOW,
+    WAIT,
+    EnvFailure,
+    EnvGroup,
+    Infos,
+    on_episode_end,
+)
+from envfleet.executors.infos import InfoParts, entries, tree_of
 from envfleet.executors.pool import PoolVectorEnv
-from envfleet.executors.processes import MIN_START_TIMEOUT, split
 from envfleet.executors.serial import check_same_spaces
-from envfleet.executors.shared_memory import assign_rows, copy_row, nest, take_rows
+from envfleet.executors.shared_memory import assign_rows, nest, take_rows
 
 ENGINES = ("serial", "pool", "numba")
 #: how long actors asked to close may take before they are killed
@@ -204,14 +219,23 @@ class ShareRunner:
         except Exception as error:
             return self._failed(error)
 
-    def pend(self) -> tuple:
-        """After a restart (NEXT_STEP): the next step resets every env of this share."""
-        if self.group is not None:
-            self.group.pending[:] = True
+    def start_fresh(self) -> tuple:
+        """After a restart during a step: the envs start under the autoreset rule
+        (``group.on_episode_end``): NEXT_STEP resets them on the next step (("ok",)),
+        SAME_STEP now (the reset's reply); a native engine resets at once either way, and
+        under NEXT_STEP its next step returns those observations."""
+        rule = on_episode_end(self.mode)
+        if rule == WAIT:
             return ("ok",)
+        if self.group is not None:
+            try:
+                infos = self.group.start_fresh()
+            except Exception as error:
+                return self._failed(error)
+            return ("ok", self._rows(), infos, [], None) if rule == RESET_NOW else ("ok",)
         reply = self.reset(None, None, None)
-        self.pending_fresh = reply[0] == "ok"
-        return reply[:1] if reply[0] == "ok" else reply
+        self.pending_fresh = rule == PEND and reply[0] == "ok"
+        return reply[:1] if self.pending_fresh else reply
 
     def step(self, actions: dict[str, np.ndarray]) -> tuple:
         """Step every env with ``actions`` (one array per action leaf); ("ok", outputs, infos,
@@ -319,12 +343,9 @@ class NativeEnvs:
 
 
 @dataclass
-class Actor:
+class Actor(Share):
     """One actor of the driver, its share and its async state."""
 
-    index: int
-    start: int
-    stop: int
     handle: Any = None
     pid: int | None = None
     node: str | None = None
@@ -335,10 +356,8 @@ class Actor:
     heard: float = 0.0  # async: when it last answered (or was given work while idle)
 
     def describe(self) -> str:
-        envs = f"env {self.start}" if self.stop - self.start == 1 else \
-            f"envs {self.start}..{self.stop - 1}"
         node = f", node {self.node[:12]}" if self.node else ""
-        return f"ray actor {self.index} ({envs}{node})"
+        return f"ray actor {self.index} ({self.envs()}{node})"
 
 
 def _import_ray() -> Any:
@@ -474,16 +493,14 @@ def _kill(a: Actor) -> None:
         ray.kill(a.handle, no_restart=True)
 
 
-def _check_int(name: str, value: Any, low: int = 1) -> None:
-    if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < low:
-        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
-
-
-class RayVectorEnv(FirstReady, ExecutorVectorEnv):
+class RayVectorEnv(FirstReady, ShareFleet):
     """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
-    engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids)."""
+    engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids): the Ray
+    transport of ``ShareFleet`` (spawn, send, gather, kill, close)."""
 
     backend = "ray"
+    #: a lost actor is rebuilt in a call too (the call itself then fails)
+    restart_phases = ("step", "reset", "call", "set_attr")
 
     def __init__(self, envs: list[Callable[[], Any]] | NativeEnvs, *,
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
@@ -506,9 +523,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         if (engine == "numba") != (native is not None):
             raise ValueError("engine 'numba' runs native ids (envfleet.make('CartPole-v1', n, "
                              "backend='ray')); Gymnasium envs run on engine 'serial' or 'pool'")
-        if not (isinstance(step_timeout, int | float) and step_timeout > 0):
-            raise ValueError(f"step_timeout must be a number of seconds > 0, got "
-                             f"{step_timeout!r}")
+        check_timeout(step_timeout)
         if engine_options is not None and not isinstance(engine_options, dict):
             raise TypeError(f"engine_options must be a dict, got {engine_options!r}")
         if batch_size is None:
@@ -522,7 +537,7 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                              f"time: it needs engine='serial', not {engine!r}")
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
             if value is not None:
-                _check_int(name, value)
+                check_count(name, value)
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
             if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
                 raise ValueError(f"{name} must be a number >= 0, got {value!r}")
@@ -562,13 +577,8 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         except BaseException:
             self._finalizer()
             raise
-        self._batched: list[tuple[int, int, dict[str, Any]]] = []
         self._refs: list[Any] = []  # the requests of the exchange under way
-        self._lost: dict[int, str] = {}
-        self._restart_infos: Infos = []
-        self._owner = np.empty(num_envs, dtype=np.int64)
-        for a in self._actors:
-            self._owner[a.start:a.stop] = a.index
+        self._init_shares(self._actors)
         self._init_async()
 
     # --- start-up ----------------------------------------------------------------------------
@@ -643,56 +653,50 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                     what += (f" (each actor asks {_amounts(self._asks)}; the cluster has "
                              f"{_amounts({k: free.get(k, 0.0) for k in self._asks})} free "
                              f"now)")
-                replies.append(self._failed(a, what, phase))
+                self._failed(a, what, phase)
+                replies.append(LOST)
                 continue
             try:
                 replies.append(ray.get(ref))
             except RayActorError as error:
-                replies.append(self._failed(a, f"died ({_death(error)})", phase))
+                self._failed(a, f"died ({_death(error)})", phase)
+                replies.append(LOST)
         self._refs = []
         for reply in replies:
             _raise_error(reply)
         return replies
 
-    def _failed(self, a: Actor, what: str, phase: str) -> tuple:
-        """Actor ``a`` died or hung: restart it (``LOST``) or shut everything down (raise)."""
+    def _stop(self, a: Actor) -> None:
         _kill(a)
-        if not self.restart_failed or phase == "make":
-            message = f"{a.describe()} {what} during {phase}()"
-            self._broken = message
-            self._finalizer()
-            raise EnvWorkerError(message, env_index=a.start if a.stop - a.start == 1 else None)
-        self._restart(a, what, phase)
-        return LOST
 
-    def _restart(self, a: Actor, what: str, phase: str) -> None:
-        """Build actor ``a`` again (any node with room); after a step its envs' episodes end
-        (NEXT_STEP: reset on the next step; SAME_STEP: reset now, the last observation as
-        the final one; DISABLED: left to ``reset_mask``)."""
-        lost = f"{a.describe()} {what}"
+    def _shutdown(self) -> None:
+        self._finalizer()
+
+    def _env_of(self, a: Actor, phase: str) -> int | None:
+        """An actor's one env, once it runs (while it is made, Ray may not have placed it)."""
+        return None if phase == "make" else super()._env_of(a, phase)
+
+    def _restarted_where(self, a: Actor) -> str:
+        return f" on node {a.node[:12]}"
+
+    def _replace(self, a: Actor, fresh: bool, what: str, phase: str) -> Infos:
+        """Build actor ``a`` again (any node with room); ``fresh``: its envs start under the
+        autoreset rule (``ShareRunner.start_fresh``)."""
         reply = self._gather([a], [self._spawn(a)], "make",
                              max(self.step_timeout, MIN_START_TIMEOUT))[0]
         a.pid, a.node, a.identity = reply[4], reply[5], reply[6]
         a.ref, a.ids, a.queue = None, None, []
-        rows = slice(a.start, a.stop)
-        self._lost[a.index] = f"{lost}; it was restarted on node {a.node[:12]}"
-        if phase != "step":
-            return
-        if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-            self._gather([a], [a.handle.pend.remote()], phase, self.step_timeout)
-        elif self.autoreset_mode is AutoresetMode.SAME_STEP:
-            copy_row(self._obs, self._final_obs, rows)
-            reply = self._gather([a], [a.handle.reset.remote(None, None, None)], phase,
-                                 self.step_timeout)[0]
-            if reply is LOST:
-                raise EnvWorkerError(f"{a.describe()} was lost again while its envs were reset "
-                                     f"after a restart")
-            for name in self._outputs:
-                if name.split(".")[0] == "obs":
-                    assign_rows(self.arrays[name], reply[1][name], rows)
-            self._restart_infos += reply[2]
-            if reply[4]:
-                self._batched.append((a.start, a.stop, reply[4]))
+        if not fresh:
+            return []
+        reply = self._gather([a], [a.handle.start_fresh.remote()], phase,
+                             self.step_timeout)[0]
+        if reply is LOST:
+            raise EnvWorkerError(f"{a.describe()} was lost again while its envs were reset "
+                                 f"after a restart")
+        if len(reply) == 1:  # (nothing was reset)
+            return []
+        self._write(a, reply[1], None, [k for k in self._outputs if k.split(".")[0] == "obs"])
+        return entries(self._info_parts(a, reply[2], reply[4], "info"))
 
     def _write(self, a: Actor, outputs: dict[str, np.ndarray], mask: np.ndarray | None,
                names: list[str] | None = None) -> None:
@@ -709,81 +713,48 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
 
     # --- executor hooks ------------------------------------------------------------------------
 
-    def _reset_envs(self, mask: np.ndarray | None, seeds: list[int | None] | None,
-                    options: dict[str, Any] | None) -> Infos:
-        self._lost, self._restart_infos = {}, []
-        actors = [a for a in self._actors if mask is None or mask[a.start:a.stop].any()]
-        infos = self._reset_actors(actors, mask, seeds, options)
-        if self._lost:  # restarted actors: reset their new envs (once)
-            lost = dict(self._lost)
-            again = [self._actors[i] for i in lost]
-            self._lost = {}
-            infos = [(i, info) for i, info in infos if self._owner[i] not in lost]
-            infos += self._reset_actors(again, mask, seeds, options)
-            if self._lost:
-                a = self._actors[next(iter(self._lost))]
-                self._broken = f"{a.describe()} was lost again while its envs were reset"
-                self._finalizer()
-                raise EnvWorkerError(self._broken)
-            infos += self._failure_infos(lost, mask)
-        return infos
+    # --- ShareFleet's transport hooks -------------------------------------------------------
 
-    def _reset_actors(self, actors: list[Actor], mask: np.ndarray | None,
-                      seeds: list[int | None] | None, options: dict[str, Any] | None) -> Infos:
+    def _info_parts(self, a: Actor, infos: Infos, batched: dict[str, Any] | None,
+                    which: str) -> InfoParts:
+        """An actor's infos as parts: its envs' own ``infos`` and, from a local engine, its
+        share's ``batched`` info (``which``: "info", or its "final_info")."""
+        parts = InfoParts([(None, infos)] if infos else [])
+        if batched:
+            tree = tree_of(batched.get("final_info", {}) if which == "final_info" else
+                           {k: v for k, v in batched.items()
+                            if k not in ("final_info", "_final_info")}, a.stop - a.start)
+            if tree:
+                parts.append((a.rows, tree))
+        return parts
+
+    def _reset_shares(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+                      options: dict[str, Any] | None) -> InfoParts:
+        actors = [a for a in self._actors if mask is None or mask[a.start:a.stop].any()]
         refs = [a.handle.reset.remote(None if mask is None else mask[a.start:a.stop],
                                       None if seeds is None else seeds[a.start:a.stop],
                                       options) for a in actors]
         replies = self._gather(actors, refs, "reset", self.step_timeout)
-        infos: Infos = []
+        infos = InfoParts()
         for a, reply in zip(actors, replies, strict=True):
             if reply is LOST:
                 continue
             self._write(a, reply[1], None if mask is None else mask[a.start:a.stop])
-            infos += reply[2]
-            if reply[4]:
-                self._batched.append((a.start, a.stop, reply[4]))
+            infos += self._info_parts(a, reply[2], reply[4], "info")
         return infos
 
-    def _step_envs(self) -> tuple[Infos, Infos]:
-        self._lost, self._restart_infos = {}, []
+    def _step_shares(self) -> tuple[InfoParts, InfoParts]:
         refs = [a.handle.step.remote({k: self.arrays[k][a.start:a.stop]
                                       for k in self._action_names}) for a in self._actors]
         replies = self._gather(self._actors, refs, "step", self.step_timeout)
-        infos: Infos = []
-        finals: Infos = []
+        infos, finals = InfoParts(), InfoParts()
         for a, reply in zip(self._actors, replies, strict=True):
             if reply is LOST:
                 continue
             self._write(a, reply[1], None)
-            infos += reply[2]
-            finals += reply[3]
-            if reply[4]:
-                self._batched.append((a.start, a.stop, reply[4]))
-        if self._lost:  # their envs' episodes end here, truncated
-            for index in self._lost:
-                a = self._actors[index]
-                self.arrays["rewards"][a.start:a.stop] = 0
-                self.arrays["terminated"][a.start:a.stop] = False
-                self.arrays["truncated"][a.start:a.stop] = True
-            failures = self._failure_infos(self._lost, None)
-            infos += self._restart_infos + failures
-            if self.autoreset_mode is AutoresetMode.SAME_STEP:
-                finals += failures
+            infos += self._info_parts(a, reply[2], reply[4], "info")
+            finals += self._info_parts(a, reply[3], reply[4], "final_info")
         return infos, finals
-
-    def _failure_infos(self, lost: dict[int, str], mask: np.ndarray | None) -> Infos:
-        """``info["env_failure"]`` for every env (in ``mask``) of the ``lost`` actors."""
-        return [(i, {FAILURE_KEY: what}) for index, what in lost.items()
-                for i in range(self._actors[index].start, self._actors[index].stop)
-                if mask is None or mask[i]]
-
-    def _by_actor(self, rows: list[int]) -> dict[int, list[int]]:
-        """Actor index -> its local rows among envs ``rows`` (in ``rows``' order)."""
-        owners: dict[int, list[int]] = {}
-        for i in rows:
-            a = self._actors[int(self._owner[i])]
-            owners.setdefault(a.index, []).append(i - a.start)
-        return dict(sorted(owners.items()))
 
     def call_at(self, env_indices: Any, name: str | Callable[..., Any], *args: Any,
                 **kwargs: Any) -> tuple[Any, ...]:
@@ -802,26 +773,19 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                                       f"attributes")
         super().set_attr_at(env_indices, name, values)
 
-    def _call_envs(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-                   kwargs: dict[str, Any]) -> list[Any]:
-        self._check_idle(f"call {name!r}")
-        owners = self._by_actor(rows)
+    def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
+                     kwargs: dict[str, Any]) -> dict[int, list[Any]]:
         actors = [self._actors[index] for index in owners]
         refs = [a.handle.call.remote(owners[a.index], name, args, kwargs) for a in actors]
         replies = self._gather(actors, refs, "call", self.step_timeout)
         if any(reply is LOST for reply in replies):
             raise EnvWorkerError(f"call({name!r}): {'; '.join(self._lost.values())}")
-        results = {a.index: iter(reply[1]) for a, reply in zip(actors, replies, strict=True)}
-        return [next(results[int(self._owner[i])]) for i in rows]
+        return {a.index: reply[1] for a, reply in zip(actors, replies, strict=True)}
 
-    def _set_attr_envs(self, rows: list[int], name: str, values: list[Any]) -> None:
-        self._check_idle(f"set {name!r}")
-        owners = self._by_actor(rows)
+    def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
+                         values: dict[int, list[Any]]) -> None:
         actors = [self._actors[index] for index in owners]
-        mine: dict[int, list[Any]] = {}
-        for i, v in zip(rows, values, strict=True):
-            mine.setdefault(int(self._owner[i]), []).append(v)
-        refs = [a.handle.set_attr.remote(owners[a.index], name, mine[a.index])
+        refs = [a.handle.set_attr.remote(owners[a.index], name, values[a.index])
                 for a in actors]
         replies = self._gather(actors, refs, "set_attr", self.step_timeout)
         if any(reply is LOST for reply in replies):
@@ -844,46 +808,8 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
                 self._finalizer()
                 raise EnvWorkerError(self._broken)
 
-    def _close_executor(self) -> None:
-        self._finalizer()
-
-    # --- the Gymnasium API (batched infos of native / pool engines, async) ---------------------
-
-    def reset(self, *, seed: Any = None,
-              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
-        """As ``FirstReady.reset``, with the local engines' batched infos merged in."""
-        self._batched = []
-        obs, infos = super().reset(seed=seed, options=options)
-        return obs, self._merge_batched(infos)
-
-    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
-        """As ``FirstReady.step``, with the local engines' batched infos merged in."""
-        self._batched = []
-        *result, infos = super().step(actions)
-        return (*result, self._merge_batched(infos))
-
-    def _merge_batched(self, infos: dict[str, Any]) -> dict[str, Any]:
-        """Add the actors' batched infos (native / pool engines) at their rows."""
-        for start, stop, info in self._batched:
-            final = info.pop("final_info", None)
-            _add_batched(infos, info, start, stop, self.num_envs)
-            if final:
-                infos["final_info"] = _add_batched(infos.get("final_info", {}), final, start,
-                                                   stop, self.num_envs)
-        self._batched = []
-        return infos
-
     # first-ready async: FirstReady's front end over the hooks below
-    def _init_async(self) -> None:
-        self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
-        self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
-        self._ready_infos: dict[int, tuple[dict, dict]] = {}
-        self._action_batch_spaces: dict[int, Any] = {}
-
-    def _clear_async(self, ready: list[int] | None) -> None:
-        self._in_flight[:] = False
-        self._ready = dict.fromkeys(ready or ())
-        self._ready_infos = {}
+    def _drop_in_flight(self) -> None:
         for a in self._actors:
             a.ref, a.ids, a.queue = None, None, []
 
@@ -947,30 +873,15 @@ class RayVectorEnv(FirstReady, ExecutorVectorEnv):
         outputs, reports = reply[1], reply[2]
         for name in self._outputs:
             assign_rows(self.arrays[name], outputs[name], ids)
-        for i, info, final in reports:
-            self._ready_infos[i] = (info, final)
-        self._in_flight[ids] = False
-        self._ready.update(dict.fromkeys(ids.tolist()))
+        self._arrived(ids.tolist(), reports)
         a.heard = time.monotonic()
         if a.queue:
             self._submit(a)
         return len(ids)
 
-    def _check_hung(self, phase: str) -> int:
-        """Fail the actors silent for ``step_timeout`` with envs in flight; returns how many
-        in-flight envs came back (as truncated) through restarts."""
-        recovered = 0
-        now = time.monotonic()
-        for a in self._actors:
-            if a.ref is not None and a.heard + self.step_timeout <= now:
-                self._failed(a, f"did not answer within step_timeout={self.step_timeout:g} s",
-                             phase)
-                recovered += self._async_lost()
-        return recovered
-
-    def _share_rows(self, index: int) -> slice:
+    def _busy_since(self, index: int) -> float | None:
         a = self._actors[index]
-        return slice(a.start, a.stop)
+        return a.heard if a.ref is not None else None
 
     def _share_lost(self, index: int) -> None:
         """(An actor's request in flight is dropped when it is restarted.)"""
@@ -993,25 +904,3 @@ def _raise_error(reply: tuple) -> None:
         raise error from RemoteTraceback(tb)
     if kind == "raise":
         raise reply[1] from RemoteTraceback(reply[2])
-
-
-def _add_batched(out: dict[str, Any], info: dict[str, Any], start: int, stop: int,
-                 num_envs: int) -> dict[str, Any]:
-    """Put a share's batched info (Gymnasium's dict of arrays with ``_key`` masks, envs
-    ``start .. stop - 1``) into ``out`` at those rows, as ``VectorEnv._add_info`` would have
-    env by env (an array's dtype is that of the first env that has the key)."""
-    for key, value in info.items():
-        if key.startswith("_") and key[1:] in info:
-            continue
-        mask = np.asarray(info.get(f"_{key}", np.ones(stop - start, dtype=bool)))
-        if isinstance(value, dict):
-            out[key] = _add_batched(out.get(key, {}), value, start, stop, num_envs)
-        else:
-            value = np.asarray(value)
-            if key not in out:
-                out[key] = (np.full(num_envs, None, dtype=object) if value.dtype == object else
-                            np.zeros((num_envs, *value.shape[1:]), dtype=value.dtype))
-            out[key][start:stop][mask] = value[mask]
-        masks = out.setdefault(f"_{key}", np.zeros(num_envs, dtype=bool))
-        masks[start:stop] |= mask
-    return out

@@ -8,9 +8,10 @@ Protocol (``Connection.send_bytes`` on the worker's own pipe):
 - start-up: worker -> ``b"o" + cloudpickle((observation_space, action_space, metadata,
   render_mode, [(observation_space, action_space) of each env]))``; parent -> ``b"L" +
   pickle((layout, segment name or None, mode, row0, restart_failed, fresh))``; worker ->
-  ``b"k"`` (or, when ``fresh == "reset"``, the result of resetting its envs). ``fresh`` is
-  None at start-up; a worker started in place of a lost one gets ``"pending"`` (NEXT_STEP:
-  reset each env on its next step) or ``"reset"`` (SAME_STEP).
+  ``b"k"`` (or, when its envs were reset, the result). ``fresh`` is False at start-up; a worker
+  started in place of a lost one during a step gets True: its envs start under the autoreset
+  rule (``EnvGroup.start_fresh``: NEXT_STEP resets each env on its next step, SAME_STEP at
+  once).
 - commands: ``b"s"`` step (shared memory: the actions are in the buffers; pipe transport:
   ``b"s" + pickle(action arrays)``); ``b"r" + pickle((mask, seeds, options))`` reset;
   ``b"c"`` close; ``b"m" + cloudpickle((rows, name, args, kwargs))`` call (or get) an
@@ -39,19 +40,28 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import multiprocessing
 import os
 import pickle
 import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
 import numpy as np
 
-from envfleet.executors.group import EnvFailure, EnvGroup
-from envfleet.executors.infos import batch, copy_tree, shared_infos, shared_tree, signature
+from envfleet.executors.group import RESET_NOW, EnvFailure, EnvGroup
+from envfleet.executors.infos import (
+    batch,
+    copy_tree,
+    shared_infos,
+    shared_tree,
+    signature,
+    unlink_info_segments,
+)
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
 OK = b"k"
@@ -75,10 +85,113 @@ SET_ATTR = b"t"  # cloudpickled (rows, name, values): set an attribute of these 
 RESULT = b"R"  # pickled list: the result of CALL, one per env
 SYNC = b"y"  # 8-byte token: drop the async queue, echo SYNCED + token (after an interrupted call)
 SYNCED = b"Y"
+#: the parent's stand-in for the result of a worker lost (and started again) in a batch
+LOST = b"X"
 #: the exit code of a worker whose start re-imported a main script that builds executors at its
 #: top level (no ``if __name__ == "__main__":`` guard): the parent explains it in one error
 MAIN_REIMPORTED = 87
 OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
+
+
+# --- the parent's side: starting and stopping worker processes -----------------------------
+
+#: how long a worker asked to close may take before it is killed
+CLOSE_GRACE = 1.0
+
+
+def default_start_method() -> str:
+    methods = multiprocessing.get_all_start_methods()
+    return "forkserver" if "forkserver" in methods else "spawn"
+
+
+#: what a worker's start-up failure means when it re-imported an unguarded main script
+UNGUARDED_MAIN = (
+    "envfleet's worker processes import your main script again, and its top-level code "
+    "builds worker processes itself: put the code that makes the env under\n"
+    '    if __name__ == "__main__":\n'
+    "(Python's multiprocessing needs this guard with the forkserver and spawn start methods; "
+    "see https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-"
+    "start-methods)")
+
+
+def pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int) -> bytes:
+    """The factories of envs ``start .. stop - 1``, cloudpickled for their worker; a factory
+    that cannot be pickled is named (TypeError)."""
+    try:
+        return cloudpickle.dumps(factories[start:stop])
+    except Exception:
+        for i in range(start, stop):
+            try:
+                cloudpickle.dumps(factories[i])
+            except Exception as error:
+                raise TypeError(
+                    f"env {i}'s factory {factories[i]!r} cannot be sent to a worker process "
+                    f"({type(error).__name__}: {error}); factories must be picklable (with "
+                    f"cloudpickle): create unpicklable objects (locks, open files, "
+                    f"connections) inside the factory, not before") from error
+        raise
+
+
+def exit_text(code: int | None) -> str:
+    if code is not None and code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"exit code {code}"
+
+
+def stopped(pid: int | None) -> bool:
+    """Process ``pid`` is stopped (SIGSTOP, or traced); False when unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
+    except (OSError, IndexError):
+        return False
+
+
+def stop_workers(workers: list[Any], buffers: list[SharedBuffers],
+                 closers: list[Any] | None = None) -> None:
+    """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
+    for w in workers:
+        if stopped(w.process.pid):  # (SIGSTOP: it could neither close nor handle SIGTERM)
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(w.process.pid, signal.SIGKILL)
+        with contextlib.suppress(OSError, ValueError):
+            w.conn.send_bytes(CLOSE)
+    deadline = time.monotonic() + CLOSE_GRACE
+    for w in workers:
+        w.process.join(max(deadline - time.monotonic(), 0.0))
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        alive = [w for w in workers if w.process.is_alive()]
+        for w in alive:
+            with contextlib.suppress(ProcessLookupError, TypeError):
+                os.kill(w.process.pid, sig)
+                if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
+                    os.kill(w.process.pid, signal.SIGCONT)
+        for w in alive:
+            w.process.join(2.0)
+    for w in workers:
+        with contextlib.suppress(OSError):
+            w.conn.close()
+        with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
+            w.process.close()
+    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
+        unlink_info_segments(buffers[0].arrays["infonames"])
+    for b in buffers:
+        b.close()
+        b.unlink()
+    for c in closers or ():
+        if hasattr(c, "close"):
+            with contextlib.suppress(OSError):
+                c.close()
+    workers.clear()
+    buffers.clear()
+    if closers:
+        closers.clear()
+
+
+# --- the worker's side ----------------------------------------------------------------------
 
 
 def _parent_alive(pid: int) -> bool:
@@ -334,19 +447,19 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         share = slice(row0, row0 + len(envs))  # this worker's rows of the buffers
         outputs = _piped_outputs(arrays, layout.objects if shared is not None else list(arrays),
                                  share)
-        # a worker started again in place of a lost one: its envs are new (see processes.py)
-        if fresh == "pending":
-            group.pending[:] = True
+        # a worker started again in place of a lost one: its envs are new (see fleet.py)
         count = len(envs)
-        if fresh == "reset":
+        if fresh and group.rule == RESET_NOW:
             try:
-                given = group.reset(None, None, None)
+                given = group.start_fresh()
                 conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs,
                                             given, first))
             except EnvFailure as failure:
                 conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
                 return
         else:
+            if fresh:
+                group.start_fresh()
             conn.send_bytes(OK)
         counter = arrays["sync"] if shared is not None else None
         finished = arrays["finished"] if shared is not None else None

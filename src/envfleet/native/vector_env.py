@@ -13,10 +13,10 @@ from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
-from gymnasium.vector import AutoresetMode, VectorEnv
+from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
-from envfleet.contract import check_reset_mask, check_seed, env_seeds
+from envfleet.contract import VectorContract, check_seed, env_seeds
 from envfleet.native.rollout import Rollout, rollout
 from envfleet.native.spec import NativeEnvSpec
 
@@ -59,8 +59,11 @@ def native_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
     return np.array(seeds, dtype=np.uint64)
 
 
-class NativeVectorEnv(VectorEnv):
+class NativeVectorEnv(VectorContract):
     """A batch of ``num_envs`` copies of a native env family, stepped by one engine.
+
+    The reset / step rules, SAME_STEP's ``final_obs`` info and the closed-env error are the
+    contract's (``contract.VectorContract``, shared with the executors).
 
     Families extend it by subclassing (``NativeEnvSpec.vector_env_class``): extra reset
     options are named in ``family_reset_options`` and validated by ``_prepare_reset`` before
@@ -124,12 +127,7 @@ class NativeVectorEnv(VectorEnv):
         if options:
             supported = ", ".join(repr(k) for k in ("reset_mask", *self.family_reset_options))
             raise ValueError(f"unknown reset options {sorted(options)}; supported: {supported}")
-        if mask is not None:
-            mask = check_reset_mask(mask, self.num_envs)
-            if not self._has_reset and not mask.all():
-                raise RuntimeError("the first reset() must reset every env (no reset_mask)")
-        if seed is None and not self._has_reset:
-            seed = self._initial_seed
+        seed, mask = self._reset_rules(seed, mask)
         new_seeds = None if seed is None else native_seeds(seed, self.num_envs)
         apply = self._prepare_reset(family, mask)  # validates everything before any env moves
         if apply is not None:
@@ -154,8 +152,7 @@ class NativeVectorEnv(VectorEnv):
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """Step every env with its action; autoreset as ``metadata["autoreset_mode"]`` says."""
         self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before step()")
+        self._check_has_reset("step")
         e = self.engine
         if self._fresh:  # the engine writes this step into new arrays: they are the copies
             ended = e.step(actions, fresh=True)
@@ -166,9 +163,7 @@ class NativeVectorEnv(VectorEnv):
             terminated, truncated = self._out(e.terminated), self._out(e.truncated)
         info: dict[str, Any] = self._state_info() if self.native_spec.info_columns else {}
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
-            mask = e.ended_mask()
-            info.update({"final_obs": self._out(e.final_obs), "_final_obs": mask,
-                         "final_info": {}, "_final_info": mask})
+            self._add_final(info, self._out(e.final_obs), e.ended_mask(), {})
         return obs, rewards, terminated, truncated, info
 
     def rollout(self, policy: Callable[[Any], Any] | Any, num_steps: int | None = None, *,
@@ -187,8 +182,7 @@ class NativeVectorEnv(VectorEnv):
         unless the env was made with ``copy=False`` (then buffers the next rollout overwrites).
         """
         self._check_open()
-        if not self._has_reset:
-            raise RuntimeError("call reset() before rollout()")
+        self._check_has_reset("rollout")
         return rollout(self, policy, num_steps, record)
 
     def render(self, env_indices: Sequence[int] | None = None) -> tuple[np.ndarray, ...]:
@@ -227,9 +221,8 @@ class NativeVectorEnv(VectorEnv):
     def _out(self, array: Any) -> Any:
         return self.engine.copy(array) if self.copy else array
 
-    def _check_open(self) -> None:
-        if self._closed:
-            raise RuntimeError("this env is closed")
+    def _is_closed(self) -> bool:
+        return self._closed
 
     def __repr__(self) -> str:
         return (f"NativeVectorEnv({self.native_spec.id}, num_envs={self.num_envs}, "
