@@ -31,7 +31,6 @@ import contextlib
 import ctypes
 import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
@@ -61,9 +60,10 @@ if not OPTS.no_torch:
 
 import numba  # noqa: E402
 import numpy as np  # noqa: E402
-from numba import njit, prange  # noqa: E402
 
 import envfleet  # noqa: E402
+from envfleet.bench.report import cpu_model  # noqa: E402
+from envfleet.bench.studies.roofline import fma_kernel, triad_kernel  # noqa: E402
 from envfleet.machine import usable_core_ids, usable_cores  # noqa: E402
 
 OUT = OPTS.out or os.path.join(os.environ.get("OUT") or ".", "threads_check.jsonl")
@@ -127,41 +127,18 @@ def physical_cores() -> int | None:
     return len(siblings) or None
 
 
-@njit(parallel=True, nogil=True)
-def _fma(out: np.ndarray, iters: int) -> None:
-    """8 independent multiply-add chains per element: arithmetic throughput per core."""
-    for i in prange(out.size):
-        a = float(i)
-        b, c, d, e, f, g, h = a + 1, a + 2, a + 3, a + 4, a + 5, a + 6, a + 7
-        for _ in range(iters):
-            a = a * 1.0000001 + 1e-9
-            b = b * 1.0000001 + 1e-9
-            c = c * 1.0000001 + 1e-9
-            d = d * 1.0000001 + 1e-9
-            e = e * 1.0000001 + 1e-9
-            f = f * 1.0000001 + 1e-9
-            g = g * 1.0000001 + 1e-9
-            h = h * 1.0000001 + 1e-9
-        out[i] = a + b + c + d + e + f + g + h
-
-
-@njit(parallel=True, nogil=True)
-def _triad(a: np.ndarray, b: np.ndarray, c: np.ndarray) -> None:
-    """a = b + 3 c over arrays far larger than the caches: memory bandwidth."""
-    for i in prange(a.size):
-        a[i] = b[i] + 3.0 * c[i]
-
-
 def controls(counts: list[int]) -> None:
     """The machine's own scaling, no envfleet code: FMA chains (cores) and a triad (memory
     bandwidth; CartPole at 2**20 envs moves ~80 MB a step). Efficiency as for the envs."""
+    fma, triad = fma_kernel(8), triad_kernel()  # the roofline study's kernels
     out = np.zeros(1 << 14)
     a, b, c = (np.full(1 << 22, 1.0) for _ in range(3))  # 32 MB each
     base: dict[str, float] = {}
     for k in counts:
         numba.set_num_threads(k)
-        for name, run, work in (("fma", lambda: _fma(out, 256), out.size * 256 * 8),
-                                ("triad_bytes", lambda: _triad(a, b, c), 3 * 8 * a.size)):
+        for name, run, work in (("fma", lambda: fma(out, 256, 1.0000001, 1e-9),
+                                 out.size * 256 * 8),
+                                ("triad_bytes", lambda: triad(a, b, c, 3.0), 3 * 8 * a.size)):
             run()
             calls, t0 = 0, time.perf_counter()
             while time.perf_counter() - t0 < 0.15 or calls < 3:
@@ -172,17 +149,6 @@ def controls(counts: list[int]) -> None:
             emit(part="control", name=name, threads=k, per_s=rate,
                  efficiency=round(rate / (k * base[name]), 3))
     numba.set_num_threads(numba.config.NUMBA_NUM_THREADS)
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor()
 
 
 def make(env_id: str, n: int, threads: int | None) -> Any:

@@ -37,10 +37,10 @@ CHESS_VARIANTS = (("compact", False), ("compact", True), ("planes", True), ("pla
 class Check:
     """Rows to a JSON-lines file as they come; each part within its own time budget."""
 
-    def __init__(self, out: Path, scale: float, dry: bool) -> None:
+    def __init__(self, out: Path, scale: float) -> None:
         import torch
 
-        self.out, self.scale, self.dry = out, scale, dry
+        self.scale = scale
         out.mkdir(parents=True, exist_ok=True)
         self.path = out / "gpu-check.jsonl"
         self.card = torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU"
@@ -437,7 +437,7 @@ def main(argv: list[str] | None = None) -> int:
         global DEVICE, DRY
         if args.dry:
             DEVICE, DRY = "cpu", True
-        check = Check(args.out, args.scale, args.dry)
+        check = Check(args.out, args.scale)
         for part in args.parts.split(","):
             check.start(part)
             try:

@@ -76,7 +76,8 @@ def envs_label(n: int) -> str:
 # --- machine info and JSON lines ---------------------------------------------------------------
 
 
-def _cpu_model() -> str:
+def cpu_model() -> str:
+    """The CPU's model name (/proc/cpuinfo), else what the platform says."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -97,7 +98,7 @@ def machine_info() -> dict[str, Any]:
         except importlib.metadata.PackageNotFoundError:
             versions[package] = None
     return {
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_count": os.cpu_count(),
         "usable_cores": usable,
         "platform": platform.platform(),
@@ -248,14 +249,20 @@ def rich_tables(results: Results, title: str) -> tuple[Table, Table]:
     for cells in body:
         main.add_row(*(f"[{style}]{text}[/]" if style and text else text
                        for text, style in cells))
-    sheader, sbody = results.startup_table()
-    startup = Table(title=f"Start-up and per-call cost (not included in {results.unit}/s)",
-                    title_justify="left")
-    for i, h in enumerate(sheader):
-        startup.add_column(h, justify="left" if i == 0 else "right")
-    for cells in sbody:
-        startup.add_row(*cells)
+    startup = rich_table(f"Start-up and per-call cost (not included in {results.unit}/s)",
+                         *results.startup_table())
     return main, startup
+
+
+def rich_table(title: str, header: list[str], body: list[list[str]]) -> Table:
+    """A terminal table, the first column left-aligned, the others right-aligned (the rich
+    twin of ``_md_table``)."""
+    table = Table(title=title, title_justify="left")
+    for i, h in enumerate(header):
+        table.add_column(h, justify="left" if i == 0 else "right")
+    for cells in body:
+        table.add_row(*cells)
+    return table
 
 
 def _md_table(header: list[str], body: list[list[str]]) -> str:

@@ -59,13 +59,12 @@ def rollout(env: Any, policy: Callable[[Any], Any] | Any, num_steps: int | None,
     return _enqueued(env, policy, given, num_steps, record)
 
 
-def _empty_like(array: Any, steps: int, shape: tuple | None = None) -> Any:
-    """A ``(steps, *shape)`` buffer of ``array``'s kind (torch tensor or NumPy), dtype and
-    device; ``shape`` defaults to ``array``'s."""
-    shape = tuple(array.shape) if shape is None else shape
+def _empty_like(array: Any, steps: int) -> Any:
+    """A ``(steps, *array.shape)`` buffer of ``array``'s kind (torch tensor or NumPy), dtype
+    and device."""
     if hasattr(array, "new_empty"):
-        return array.new_empty((steps, *shape))
-    return np.empty((steps, *shape), dtype=array.dtype)
+        return array.new_empty((steps, *array.shape))
+    return np.empty((steps, *array.shape), dtype=array.dtype)
 
 
 def _recording(env: Any, steps: int, actions_like: Any) -> _Recording:
@@ -139,6 +138,7 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
             e.forget(cache.pop(next(iter(cache)))["key"])
         rec = _recording(env, steps, _empty_like(e.actions, steps)) if record else None
         static = (torch.as_tensor(policy, device=e.actions.device).clone() if given else None)
+        # the entry holds the policy too: its id is in the key, so it must outlive the entry
         entry = cache[key] = {"key": key, "rec": rec, "actions": static,
                               "policy": None if given else policy}
 

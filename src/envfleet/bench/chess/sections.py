@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from envfleet.bench.chess.games import CHESS_ID, PERFT_SERIES, TARGETS
-from envfleet.bench.report import _md_table, human, ratio
+from envfleet.bench.report import _md_table, human, ratio, rich_table
 
 # --- the chess report sections --------------------------------------------------------------------
 
@@ -140,19 +140,12 @@ def markdown_sections(results: Any, perft_rows: list[dict[str, Any]]) -> str:
 def rich_sections(results: Any, perft_rows: list[dict[str, Any]]) -> list[Any]:
     """The same sections for the terminal: best N and targets as text, the perft table."""
     from rich.markup import escape
-    from rich.table import Table
 
     out: list[Any] = ["best: " + escape("; ".join(best_lines(results)))]
     for line in target_lines(results):
         style = "green" if line.endswith(": met") else "yellow"
         out.append(f"[{style}]target: {escape(line)}[/]")
     if perft_rows:
-        header, body = perft_table(perft_rows)
-        table = Table(title=f"{CHESS_ID} perft nodes/s (bulk counting at the last ply)",
-                      title_justify="left")
-        for i, h in enumerate(header):
-            table.add_column(h, justify="left" if i == 0 else "right")
-        for cells in body:
-            table.add_row(*cells)
-        out.append(table)
+        out.append(rich_table(f"{CHESS_ID} perft nodes/s (bulk counting at the last ply)",
+                              *perft_table(perft_rows)))
     return out

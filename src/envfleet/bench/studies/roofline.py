@@ -113,7 +113,8 @@ def step_counts(env_id: str) -> dict[str, Any]:
 # --- the roofs (run in a worker) ---------------------------------------------------------------
 
 
-def _triad_kernel() -> Any:
+def triad_kernel() -> Any:
+    """The STREAM triad ``a[i] = b[i] + s * c[i]`` as a numba ``prange`` kernel."""
     from numba import njit, prange
 
     @njit(parallel=True, error_model="numpy")
@@ -124,7 +125,7 @@ def _triad_kernel() -> Any:
     return triad
 
 
-def _fma_kernel(chains: int = 16) -> Any:
+def fma_kernel(chains: int = 16) -> Any:
     """A numba kernel of ``chains`` independent scalar FMA chains per block (generated)."""
     from numba import njit, prange
 
@@ -157,11 +158,11 @@ def roofs(threads: int, repeats: int, elements: int = STREAM_ELEMENTS,
 
     before = (cpu_seconds(), tree_cpu_seconds(), time.perf_counter())
     a, b, c = np.zeros(elements), np.ones(elements), np.full(elements, 2.0)
-    triad = _triad_kernel()
+    triad = triad_kernel()
     triad(a, b, c, 3.0)  # compile and first touch
     times = _timed(lambda: triad(a, b, c, 3.0), repeats)
     bandwidth = [24 * elements / t / 1e9 for t in times]
-    fma = _fma_kernel()
+    fma = fma_kernel()
     out = np.zeros(threads * 4)
     fma(out, 10, 0.999999, 1e-7)
     chains = 16
