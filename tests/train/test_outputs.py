@@ -9,6 +9,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -90,6 +91,22 @@ def test_interrupted_training_returns_what_it_trained():
     assert summary.final_eval is None and summary.final_eval_return is None
     assert len(summary.curve) == 2 and summary.sps_end_to_end > 0
     assert isinstance(agent, ppo.Agent)
+
+
+def test_records_time_whole_iterations_and_the_first_end_of_the_loop():
+    """An iteration interrupted (Ctrl-C) is not timed; the loop's wall clock is the first
+    ``end_loop``'s (the final evaluation after it is no training time)."""
+    records = ppo.Records()
+    with records.timed_iteration():
+        pass
+    with pytest.raises(KeyboardInterrupt), records.timed_iteration():
+        raise KeyboardInterrupt
+    assert len(records.iteration_s) == len(records.iteration_cpu) == 1
+    records.end_loop()
+    wall_s = records.wall_s
+    time.sleep(0.01)
+    records.end_loop()
+    assert records.wall_s == wall_s > 0
 
 
 def test_ctrl_c_saves_the_policy_and_summary_and_exits_130(tmp_path):

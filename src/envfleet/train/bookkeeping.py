@@ -1,12 +1,15 @@
 """What the training loops keep besides the policy: the clocks, each env's episode returns, the
-running return scale of ``norm_reward``, and the run's records (``Progress`` after every
-iteration, ``Summary`` at the end, and the steps/s of timed iterations)."""
+running return scale of ``norm_reward``, and the run's records (its wall clock, the learning
+curve, ``Progress`` after every iteration, ``Summary`` at the end, and the steps/s of timed
+iterations)."""
 
 from __future__ import annotations
 
+import contextlib
 import math
 import time
 from collections import deque
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -190,25 +193,69 @@ class Summary:
 
 @dataclass
 class Records:
-    """What the training loop records as it goes: the learning curve, the evaluations, each
-    real iteration's wall and thread CPU seconds (timed as the ideal's), when the target was
-    reached; ``summary`` turns them into the run's ``Summary``."""
+    """What the training loop records as it goes: its clock (``clock``: seconds per phase;
+    ``elapsed()``: the wall seconds of training so far), the learning curve, the evaluations,
+    each real iteration's wall and thread CPU seconds (timed as the ideal's), when the target
+    was reached, the loop's wall clock once it ended; ``summary`` turns them into the run's
+    ``Summary``."""
 
+    clock: Clock = field(default_factory=Clock)
     curve: list[dict[str, Any]] = field(default_factory=list)
     evaluations: list[dict[str, Any]] = field(default_factory=list)
     iteration_s: list[float] = field(default_factory=list)
     iteration_cpu: list[float] = field(default_factory=list)
     solved_at_s: float | None = None
     solved_at_steps: int | None = None
+    start: float = field(default_factory=time.perf_counter)  # moved on by time kept off
+    wall_s: float | None = None  # the loop's wall clock (set by end_loop)
+    loop_eval_s: float = 0.0  # the evaluations within wall_s (not the final one)
 
-    def summary(self, args: Any, batch: int, steps: int, compile_s: float, wall_s: float,
-                loop_eval_s: float, clock: Clock, ideal: Any, final: Any, stop_reason: str
-                ) -> Summary:
-        """The run's summary: ``args`` (a ``ppo.Args``), ``steps`` taken in iterations of
-        ``batch``, ``wall_s`` of training of which ``loop_eval_s`` evaluating (end-to-end
-        steps/s leaves those out), the phases' ``clock``, the ``IdealLoop`` (or None), the
-        final evaluation (an ``EvalResult``, or None) and why training stopped."""
-        sps_e2e = steps / max(wall_s - loop_eval_s, 1e-9)
+    def elapsed(self) -> float:
+        """Wall seconds of training so far, evaluations included (``pause``d time not)."""
+        return time.perf_counter() - self.start
+
+    def pause(self, seconds: float) -> None:
+        """Keep ``seconds`` just spent (an ideal iteration) off the training clock."""
+        self.start += seconds
+
+    def end_loop(self) -> None:
+        """Stop the loop's wall clock (the first call counts: later ones change nothing)."""
+        if self.wall_s is None:
+            self.wall_s, self.loop_eval_s = self.elapsed(), self.clock.seconds["evaluation"]
+
+    @contextlib.contextmanager
+    def timed_iteration(self) -> Iterator[None]:
+        """Time the block as one real iteration (wall and thread CPU seconds, as the ideal
+        loop times its own); an iteration interrupted by an exception is not kept."""
+        t0, cpu0 = time.perf_counter(), time.thread_time()
+        yield
+        self.iteration_s.append(time.perf_counter() - t0)
+        self.iteration_cpu.append(time.thread_time() - cpu0)
+
+    def log(self, seconds: float, steps: int, recent: deque, result: Any,
+            stats: dict[str, float], done: bool) -> Progress:
+        """Add the point after ``steps`` (``seconds`` of training) to the learning curve: the
+        mean return of the ``recent`` training episodes, and of the evaluation that just ran
+        (``result``, an ``EvalResult``, or None); the ``Progress`` for ``train``'s caller,
+        with steps/s env-only and end-to-end (the wall clock but evaluations)."""
+        episodic_return = float(np.mean(recent)) if recent else None
+        eval_return = None if result is None else result.mean_return
+        self.curve.append({"steps": steps, "seconds": seconds,
+                           "episodic_return": episodic_return, "eval_return": eval_return})
+        times = self.clock.seconds
+        return Progress(steps, seconds, episodic_return, eval_return,
+                        steps / max(times["env"], 1e-9), steps / (seconds - times["evaluation"]),
+                        dict(times), stats, done=done,
+                        eval_complete=result is None or result.complete)
+
+    def summary(self, args: Any, batch: int, steps: int, compile_s: float, ideal: Any,
+                final: Any, stop_reason: str) -> Summary:
+        """The run's summary (after ``end_loop``): ``args`` (a ``ppo.Args``), ``steps`` taken
+        in iterations of ``batch``, the ``IdealLoop`` (or None), the final evaluation (an
+        ``EvalResult``, or None) and why training stopped; end-to-end steps/s leave out the
+        evaluations within the loop's wall clock."""
+        clock, wall_s = self.clock, self.wall_s
+        sps_e2e = steps / max(wall_s - self.loop_eval_s, 1e-9)
         ideal_s, ideal_cpu = (ideal.times, ideal.cpu_times) if ideal else ([], [])
         sps_ideal, ideal_iqr = median_rate(ideal_s, batch), iqr_rates(ideal_s, batch)
         return Summary(

@@ -824,7 +824,7 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
     import torch
 
     import envfleet
-    from envfleet.train.envs import action_mask, as_tensor, box_bounds
+    from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions
 
     backend = resolve_backend(options.env, options.backend)
     kwargs = dict(env_kwargs)
@@ -850,10 +850,8 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
                 x = agent.features(as_tensor(obs, device))
                 mask = action_mask(info, device)
                 action = agent.sample(x, mask) if options.sample else agent.greedy(x, mask)
-                if bounds is not None:
-                    action = torch.clamp(action, *bounds)
                 obs, reward, terminated, truncated, info = env.step(
-                    action if torch_actions else action.numpy())
+                    env_actions(action, bounds, torch_actions))
                 steps += 1
                 total += float(reward[0])
                 writer.append_data(np.asarray(env.render()[0]))  # NEXT_STEP: the final state

@@ -1,5 +1,6 @@
 """The trainer's side of an env: build it for ``Args``, refuse spaces the agent has no head for,
-and turn what it gives (NumPy arrays or tensors, action masks, Box bounds) into tensors."""
+turn what it gives (NumPy arrays or tensors, action masks, Box bounds) into tensors and the
+policy's actions into what it takes, and warm it up before the clocks start."""
 
 from __future__ import annotations
 
@@ -96,3 +97,29 @@ def box_bounds(space: spaces.Space, device: torch.device) -> tuple[torch.Tensor,
         return None
     return (torch.as_tensor(space.low, dtype=torch.float32, device=device),
             torch.as_tensor(space.high, dtype=torch.float32, device=device))
+
+
+def env_actions(action: torch.Tensor, bounds: tuple[torch.Tensor, ...] | None,
+                torch_actions: bool) -> Any:
+    """The policy's ``action`` as the env takes it: clipped into its Box (``bounds``, from
+    ``box_bounds``), and a NumPy array unless the env takes tensors (``torch_actions``; on a
+    CUDA device, once the policy's queued work is done: a clock started next times the env's
+    work, not the policy's)."""
+    if bounds is not None:
+        action = torch.clamp(action, *bounds)
+    if not torch_actions:
+        return action.cpu().numpy()
+    if action.is_cuda:
+        torch.cuda.synchronize(action.device)
+    return action
+
+
+@torch.inference_mode()
+def warm_up(agent: Any, device: torch.device, bounds: tuple[torch.Tensor, ...] | None,
+            torch_actions: bool, *envs: tuple[Any, Any, dict[str, Any]]) -> None:
+    """One step of each of ``envs`` (each given as ``(env, obs, info)``, what its reset
+    returned) with ``agent``'s sampled, legal actions: JIT compiling and first touches happen
+    here, before training's clocks start."""
+    for env, obs, info in envs:
+        action = agent.sample(agent.features(as_tensor(obs, device)), action_mask(info, device))
+        env.step(env_actions(action, bounds, torch_actions))

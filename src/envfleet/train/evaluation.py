@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from envfleet.train.bookkeeping import Clock, Records
-from envfleet.train.envs import action_mask, as_tensor
+from envfleet.train.bookkeeping import Records
+from envfleet.train.envs import action_mask, as_tensor, env_actions
 
 #: the evaluation envs' seed is the run's seed plus this (the training envs get the seed itself)
 EVAL_SEED_OFFSET = 10_000
@@ -52,10 +52,8 @@ def evaluate(env: Any, agent: Any, seed: int, device: torch.device, torch_action
         mask = action_mask(info, device)
         x = agent.features(as_tensor(obs, device))
         action = agent.greedy(x, mask) if greedy else agent.sample(x, mask)
-        if action_bounds is not None:
-            action = torch.clamp(action, *action_bounds)
         obs, reward, terminated, truncated, info = env.step(
-            action if torch_actions else action.cpu().numpy())
+            env_actions(action, action_bounds, torch_actions))
         if torch_actions:  # one read back per step (the loop must know when to stop)
             reward = torch.as_tensor(reward)
             reward = reward.to(torch.promote_types(reward.dtype, torch.float32))
@@ -90,17 +88,16 @@ def best_total(totals: np.ndarray, done: np.ndarray, max_episode_return: float |
 class Evaluations:
     """A run's greedy evaluations of ``agent`` on ``env`` (``args.eval_episodes`` envs, seeded
     ``args.seed + EVAL_SEED_OFFSET``) with ``evaluate_fn``: due every ``args.eval_every``
-    steps and after the last iteration, each timed on ``clock`` ("evaluation") and recorded
-    in ``records`` at ``elapsed()`` seconds of training; the first complete one at
-    ``args.target_return`` or above marks the run solved."""
+    steps and after the last iteration, each timed on the run's clock ("evaluation") and
+    recorded in its ``records`` at ``records.elapsed()`` seconds of training; the first
+    complete one at ``args.target_return`` or above marks the run solved."""
 
     def __init__(self, env: Any, agent: Any, args: Any, device: torch.device,
                  torch_actions: bool, bounds: tuple[torch.Tensor, ...] | None,
-                 evaluate_fn: Callable[..., EvalResult], clock: Clock, records: Records,
-                 elapsed: Callable[[], float]) -> None:
+                 evaluate_fn: Callable[..., EvalResult], records: Records) -> None:
         self.env, self.agent, self.args, self.device = env, agent, args, device
         self.torch_actions, self.bounds, self.evaluate_fn = torch_actions, bounds, evaluate_fn
-        self.clock, self.records, self.elapsed = clock, records, elapsed
+        self.records = records
         self.last: EvalResult | None = None
         self.last_step = 0
 
@@ -115,7 +112,7 @@ class Evaluations:
         self.last_step, self.last = steps, self._evaluate(steps, args.target_return)
         if (args.target_return is not None and self.last.complete
                 and self.last.mean_return >= args.target_return and records.solved_at_s is None):
-            records.solved_at_s, records.solved_at_steps = self.elapsed(), steps
+            records.solved_at_s, records.solved_at_steps = records.elapsed(), steps
         return self.last
 
     def final(self, steps: int) -> EvalResult:
@@ -131,8 +128,8 @@ class Evaluations:
         result = self.evaluate_fn(self.env, self.agent, args.seed + EVAL_SEED_OFFSET,
                                   self.device, self.torch_actions, self.bounds, target,
                                   args.max_episode_return, max_step_reward=args.max_step_reward)
-        self.clock.add("evaluation", t0)
+        self.records.clock.add("evaluation", t0)
         self.records.evaluations.append({
-            "steps": steps, "seconds": self.elapsed(), "mean_return": result.mean_return,
+            "steps": steps, "seconds": self.records.elapsed(), "mean_return": result.mean_return,
             "complete": result.complete, "episodes": result.episodes, "eval_s": result.seconds})
         return result

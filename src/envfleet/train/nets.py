@@ -1,13 +1,18 @@
-"""The pieces of the agent's networks: MLPs with orthogonal init, a fast tanh, and the running
-observation statistics saved with the model."""
+"""The agent's networks: MLPs with orthogonal init, a fast tanh, the running observation
+statistics saved with the model, and ``ActorCritic``, the actor and critic built for an env's
+spaces (``ppo.Agent`` puts PPO's policy heads on it)."""
 
 from __future__ import annotations
 
 import itertools
 import math
 
+import numpy as np
 import torch
+from gymnasium import spaces
 from torch import nn
+
+from envfleet.train.envs import check_spaces
 
 
 class Tanh(nn.Module):
@@ -56,3 +61,46 @@ class RunningMeanStd(nn.Module):
         self.var.copy_((self.var * self.count + var * n + delta**2 * self.count * n / total)
                        / total)
         self.count.fill_(total)
+
+
+class ActorCritic(nn.Module):
+    """Separate actor and critic MLPs for ``obs_space`` and ``action_space`` (refused, naming
+    them, when the agent has no head for them: ``check_spaces``), and how observations reach
+    them (``features``). The actor's outputs are logits (Discrete actions) or a Gaussian's mean
+    (Box actions), whose log-std is a parameter of its own (not of the state)."""
+
+    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space,
+                 hidden_sizes: tuple[int, ...] = (64, 64), norm_obs: bool = False,
+                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
+        super().__init__()
+        check_spaces(obs_space, action_space)
+        # a Discrete observation is one-hot encoded; a Box one flattened
+        self.obs_onehot = (int(obs_space.start), int(obs_space.n)) if isinstance(
+            obs_space, spaces.Discrete) else None
+        obs_size = self.obs_onehot[1] if self.obs_onehot else int(np.prod(obs_space.shape))
+        self.obs_shape = tuple(obs_space.shape)
+        self.action_shape = tuple(getattr(action_space, "shape", None) or ())
+        self.discrete = isinstance(action_space, spaces.Discrete)
+        if self.discrete:
+            out = int(action_space.n)
+        else:
+            out = int(action_space.shape[0])
+            self.actor_logstd = nn.Parameter(torch.full((out,), float(log_std_init)))
+        hidden = list(hidden_sizes)
+        self.critic = mlp([obs_size, *hidden, 1], 1.0, activation)
+        self.actor = mlp([obs_size, *hidden, out], 0.01, activation)
+        self.obs_rms = RunningMeanStd((obs_size,)) if norm_obs else None
+
+    def encode(self, obs: torch.Tensor) -> torch.Tensor:
+        """Flat float observations (one-hot for a Discrete space)."""
+        if self.obs_onehot is not None:
+            start, n = self.obs_onehot
+            return nn.functional.one_hot(obs.reshape(-1).long() - start, n).float()
+        return obs.reshape(obs.shape[0], -1).float()
+
+    def features(self, obs: torch.Tensor) -> torch.Tensor:
+        """Encoded observations, normalised when asked."""
+        x = self.encode(obs)
+        if self.obs_rms is not None:
+            x = ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
+        return x

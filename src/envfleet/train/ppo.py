@@ -5,14 +5,13 @@ Read it top to bottom: ``Args``, ``Agent``, ``Rollout`` storage, ``collect`` (a 
 ``train`` (the loop). Autoreset is Gymnasium's NEXT_STEP: the step after an episode ends only
 resets that env, so it is no transition (``valid`` masks it out of GAE and the loss), and the
 observation of the step an episode ends is the final one (a truncated episode bootstraps from
-it). Illegal actions (``info["action_mask"]``) get the lowest logit. Clocks: ``env`` (inside
-``env.step``), ``inference`` (the rest of a rollout), ``learning``, ``evaluation``; steps/s
-are reported env-only, ideal (``ideal.py``: the same iteration with an env that costs
-nothing) and end-to-end (the loop's wall clock but evaluations).
+it). Illegal actions (``info["action_mask"]``) get the lowest logit. What the loop uses but
+PPO is not (clocks and records, evaluations, the ideal loop, envs, networks) lives beside it.
 """
 
 from __future__ import annotations
 
+import copy
 import functools
 import math
 import time
@@ -22,14 +21,13 @@ from typing import Any
 
 import numpy as np
 import torch
-from gymnasium import spaces
 from torch import nn
 
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
-from envfleet.train.envs import action_mask, as_tensor, box_bounds, check_spaces, make_envs
+from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions, make_envs, warm_up
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
 from envfleet.train.ideal import IdealLoop
-from envfleet.train.nets import RunningMeanStd, mlp
+from envfleet.train.nets import ActorCritic
 
 
 @dataclass
@@ -113,45 +111,10 @@ class Args:
 # --- the agent --------------------------------------------------------------------------------
 
 
-class Agent(nn.Module):
-    """Actor and critic MLPs; a categorical head (Discrete) or a Gaussian one (Box)."""
-
-    def __init__(self, obs_space: spaces.Space, action_space: spaces.Space,
-                 hidden_sizes: tuple[int, ...] = (64, 64), norm_obs: bool = False,
-                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
-        super().__init__()
-        check_spaces(obs_space, action_space)
-        self.spaces = (obs_space, action_space)  # to build a twin (the ideal loop's agent)
-        # a Discrete observation is one-hot encoded; a Box one flattened
-        self.obs_onehot = (int(obs_space.start), int(obs_space.n)) if isinstance(
-            obs_space, spaces.Discrete) else None
-        obs_size = self.obs_onehot[1] if self.obs_onehot else int(np.prod(obs_space.shape))
-        self.obs_shape = tuple(obs_space.shape)
-        self.action_shape = tuple(getattr(action_space, "shape", None) or ())
-        self.discrete = isinstance(action_space, spaces.Discrete)
-        if self.discrete:
-            out = int(action_space.n)
-        else:  # a diagonal Gaussian, its log-std a parameter of its own (not of the state)
-            out = int(action_space.shape[0])
-            self.actor_logstd = nn.Parameter(torch.full((out,), float(log_std_init)))
-        hidden = list(hidden_sizes)
-        self.critic = mlp([obs_size, *hidden, 1], 1.0, activation)
-        self.actor = mlp([obs_size, *hidden, out], 0.01, activation)
-        self.obs_rms = RunningMeanStd((obs_size,)) if norm_obs else None
-
-    def encode(self, obs: torch.Tensor) -> torch.Tensor:
-        """Flat float observations (one-hot for a Discrete space)."""
-        if self.obs_onehot is not None:
-            start, n = self.obs_onehot
-            return nn.functional.one_hot(obs.reshape(-1).long() - start, n).float()
-        return obs.reshape(obs.shape[0], -1).float()
-
-    def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Encoded observations, normalised when asked."""
-        x = self.encode(obs)
-        if self.obs_rms is not None:
-            x = ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
-        return x
+class Agent(ActorCritic):
+    """PPO's policy and value on the actor and critic MLPs (``nets.ActorCritic``: built for
+    the env's spaces, observations one-hot encoded or flattened, normalised when asked): a
+    categorical head (Discrete actions) or a diagonal Gaussian one (Box actions)."""
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         """The critic's value of features ``x``."""
@@ -195,15 +158,10 @@ class Agent(nn.Module):
         return logprob, entropy, self.get_value(x)
 
 
-def new_agent(obs_space: spaces.Space, action_space: spaces.Space, args: Args) -> Agent:
-    """A freshly initialised agent for these spaces and ``args`` (on ``args.device``)."""
-    return Agent(obs_space, action_space, args.hidden_sizes, args.norm_obs, args.activation,
-                 args.log_std_init).to(args.device)
-
-
 def build_agent(env: Any, args: Args) -> Agent:
-    """A freshly initialised agent for ``env``'s spaces."""
-    return new_agent(env.single_observation_space, env.single_action_space, args)
+    """A freshly initialised agent for ``env``'s spaces and ``args`` (on ``args.device``)."""
+    return Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
+                 args.norm_obs, args.activation, args.log_std_init).to(args.device)
 
 
 def make_optimizer(agent: Agent, args: Args) -> torch.optim.Optimizer:
@@ -238,13 +196,10 @@ class Rollout:
 
 def make_rollout(args: Args, agent: Agent, info: dict[str, Any], device: torch.device
                  ) -> Rollout:
-    """The storage for ``agent``'s observations and actions (and masks, when ``info`` has
-    them), on ``device``."""
-    discrete = agent.discrete
+    """Storage on ``device`` for ``agent``'s observations, actions and (``info`` has them) masks."""
     mask = info.get("action_mask")
-    return Rollout(args.num_steps, args.num_envs, tuple(agent.obs_shape),
-                   () if discrete else tuple(agent.action_shape),
-                   torch.long if discrete else torch.float32,
+    return Rollout(args.num_steps, args.num_envs, agent.obs_shape, agent.action_shape,
+                   torch.long if agent.discrete else torch.float32,
                    None if mask is None else int(np.prod(mask.shape[1:])), device)
 
 
@@ -258,23 +213,16 @@ def collect(env: Any, agent: Agent, buf: Rollout, next_obs: Any, next_info: dict
     rollout are returned. ``torch_actions``: the env takes tensors (torch / cuda backends).
     """
     device = buf.obs.device
-    cuda = device.type == "cuda"
-    num_steps = buf.actions.shape[0]
     t0 = time.perf_counter()
     buf.obs[0].copy_(as_tensor(next_obs, device))
     if buf.masks is not None:
         buf.masks[0].copy_(action_mask(next_info, device))
-    for step in range(num_steps):
+    for step in range(buf.actions.shape[0]):
         mask = None if buf.masks is None else buf.masks[step]
         action = agent.sample(agent.features(buf.obs[step]), mask)
-        buf.actions[step] = action
-        if action_bounds is not None:  # the env gets the action clipped into its box
-            action = torch.clamp(action, *action_bounds)
+        buf.actions[step] = action  # unclipped; the env gets it clipped into its Box
         buf.valid[step] = ~buf.prev_ended
-        if not torch_actions:
-            action = action.cpu().numpy()
-        elif cuda:  # the policy's queued work is inference's, not the env's
-            torch.cuda.synchronize(device)
+        action = env_actions(action, action_bounds, torch_actions)  # (CUDA: synchronised)
         t0 = clock.add("inference", t0)
         obs, reward, terminated, truncated, info = env.step(action)
         t0 = clock.add("env", t0)
@@ -310,8 +258,7 @@ def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lam
     advantages = torch.zeros_like(rewards)
     last = torch.zeros(num_envs, device=rewards.device)
     for t in reversed(range(num_steps)):
-        last = deltas[t] + gamma * gae_lambda * not_ended[t] * last
-        advantages[t] = last
+        advantages[t] = last = deltas[t] + gamma * gae_lambda * not_ended[t] * last
     return advantages
 
 
@@ -323,11 +270,10 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
     repeats the real update's count). ``stats["minibatch_steps"]``: gradient steps taken."""
     num_steps, num_envs = buf.rewards.shape
     with torch.no_grad():
-        x_all = agent.features(buf.obs.flatten(0, 1))
         if agent.obs_rms is not None:  # update the statistics, then use them for the update
             seen = buf.obs[:num_steps].flatten(0, 1)[buf.valid.flatten()]
             agent.obs_rms.update(agent.encode(seen))
-            x_all = agent.features(buf.obs.flatten(0, 1))
+        x_all = agent.features(buf.obs.flatten(0, 1))
         values = agent.get_value(x_all).view(num_steps + 1, num_envs)
         x = x_all[: num_steps * num_envs]
         actions = buf.actions.flatten(0, 1)
@@ -346,15 +292,12 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
 
     size = keep.shape[0]
     mb_size = max(1, math.ceil(size / args.num_minibatches))
-    stats = {"approx_kl": 0.0, "clipfrac": 0.0, "pg_loss": 0.0, "v_loss": 0.0, "entropy": 0.0}
-    whole = slice(None)  # one minibatch: the whole batch, no shuffling or gathering needed
     minibatch_steps = 0
     for _epoch in range(args.update_epochs if epochs is None else epochs):
+        minibatches = [slice(None)]  # one minibatch: the whole batch, no shuffle nor gather
         if args.num_minibatches > 1:
             order = torch.randperm(size, generator=generator).to(b_x.device)
             minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
-        else:
-            minibatches = [whole]
         for mb in minibatches:
             newlogprob, entropy, newvalue = agent.get_action_and_value(
                 b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb],
@@ -388,11 +331,11 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
         if epochs is None and args.target_kl is not None and approx_kl.item() > args.target_kl:
             break
     with torch.no_grad():
-        stats.update(approx_kl=approx_kl.item(), pg_loss=pg_loss.item(), v_loss=v_loss.item(),
-                     entropy=entropy_loss.item() if entropy is not None else float("nan"),
-                     clipfrac=((ratio - 1).abs() > args.clip_coef).float().mean().item(),
-                     minibatch_steps=minibatch_steps, epochs=_epoch + 1)
-    return stats
+        return {"approx_kl": approx_kl.item(),
+                "clipfrac": ((ratio - 1).abs() > args.clip_coef).float().mean().item(),
+                "pg_loss": pg_loss.item(), "v_loss": v_loss.item(),
+                "entropy": entropy_loss.item() if entropy is not None else float("nan"),
+                "minibatch_steps": minibatch_steps, "epochs": _epoch + 1}
 
 
 def iterate(env: Any, agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout,
@@ -411,10 +354,9 @@ def iterate(env: Any, agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollo
 
 def ideal_loop(agent: Agent, args: Args, info: dict[str, Any],
                bounds: tuple[torch.Tensor, ...] | None, torch_actions: bool) -> IdealLoop:
-    """The ideal loop (``ideal.py``) of a run: ``iterate`` against a replayed env, on a twin
-    of ``agent`` built as the real agent, optimizer, storage and bookkeeping are."""
-    with torch.random.fork_rng(devices=[]):  # its initial draw leaves training's stream alone
-        twin = new_agent(*agent.spaces, args)
+    """The ideal loop (``ideal.py``): ``iterate`` against a replayed env, on a copy of ``agent``
+    (loaded from it each time) and an optimizer, storage and bookkeeping built as the real ones."""
+    twin = copy.deepcopy(agent)  # no draw from training's random stream
     buf = make_rollout(args, twin, info, torch.device(args.device))
     books = Bookkeeping.new(args, buf.obs.device if torch_actions else None)
     run = functools.partial(iterate, args=args, generator=torch.Generator().manual_seed(0),
@@ -449,75 +391,51 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     next_obs, next_info = env.reset(seed=args.seed)
     torch_actions = isinstance(next_obs, torch.Tensor)
     buf = make_rollout(args, agent, next_info, device)
-    with torch.inference_mode():  # one step of each env with legal actions: JIT compiles
-        for e, (obs, info) in ((env, (next_obs, next_info)), (eval_env, eval_env.reset())):
-            action = agent.sample(agent.features(as_tensor(obs, device)),
-                                  action_mask(info, device))
-            if bounds is not None:
-                action = torch.clamp(action, *bounds)
-            e.step(action if torch_actions else action.cpu().numpy())
+    warm_up(agent, device, bounds, torch_actions, (env, next_obs, next_info),
+            (eval_env, *eval_env.reset()))
     next_obs, next_info = env.reset(seed=args.seed)
     ideal = ideal_loop(agent, args, next_info, bounds, torch_actions) if args.ideal_every else None
     compile_s = time.perf_counter() - t_build
 
-    # -- the loop's state
-    clock, records = Clock(), Records()
+    # -- the loop's state (``records``: its clocks, from here on, the curve, the evaluations)
     books = Bookkeeping.new(args, device if torch_actions else None)
     batch = args.num_envs * args.num_steps
     iterations = max(1, args.total_steps // batch)
     stop_reason, steps, stats, final = "steps", 0, {}, None
-    wall_s, loop_eval_s = None, 0.0  # loop_eval_s: evaluations within wall_s (not the last)
-    start = time.perf_counter()  # moved forward by the ideal iterations: off the clock
-
-    def elapsed() -> float:
-        return time.perf_counter() - start
-
-    evals = Evaluations(eval_env, agent, args, device, torch_actions, bounds, evaluate_fn,
-                        clock, records, elapsed)
+    records = Records()
+    evals = Evaluations(eval_env, agent, args, device, torch_actions, bounds, evaluate_fn, records)
     try:  # Ctrl-C: stop at once, with the agent and the summary as far as they got
         for iteration in range(1, iterations + 1):
             if args.anneal_lr:
                 optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - (iteration - 1)
                                                                         / iterations)
             # -- rollout, bookkeeping, update (timed as the ideal's iterations are)
-            t_iteration, cpu_iteration = time.perf_counter(), time.thread_time()
-            next_obs, next_info, stats = iterate(
-                env, agent, optimizer, buf, books, next_obs, next_info, clock, args=args,
-                generator=generator, bounds=bounds, torch_actions=torch_actions)
-            records.iteration_s.append(time.perf_counter() - t_iteration)
-            records.iteration_cpu.append(time.thread_time() - cpu_iteration)
+            with records.timed_iteration():
+                next_obs, next_info, stats = iterate(
+                    env, agent, optimizer, buf, books, next_obs, next_info, records.clock,
+                    args=args, generator=generator, bounds=bounds, torch_actions=torch_actions)
             steps += batch
-            # -- the ideal iteration: this one again with an env that costs nothing, right
-            # after it (the same load), before the evaluation (after one, its learning
-            # measured 3% more CPU at 256 envs), off the training clock
+            # -- the ideal iteration (this one again, the env free): right after it (the same
+            # load), before any evaluation (after one, learning took 3% more CPU), off the clock
             if ideal is not None and ideal.due(iteration, iterations):
-                start += ideal.iterate(buf, int(stats["epochs"]), agent, optimizer)
+                records.pause(ideal.iterate(buf, int(stats["epochs"]), agent, optimizer))
 
             # -- a greedy evaluation, when due (the first complete one at the target: solved)
             result = evals.run(steps) if evals.due(steps, iteration == iterations) else None
-            eval_return = None if result is None else result.mean_return
 
-            # -- log: the curve, steps/s env-only and end-to-end (wall clock but evaluations)
-            now = elapsed()
-            episodic_return = float(np.mean(books.recent)) if books.recent else None
-            records.curve.append({"steps": steps, "seconds": now,
-                                  "episodic_return": episodic_return,
-                                  "eval_return": eval_return})
+            # -- stop at the target or the time limit; log the curve and the progress
+            now = records.elapsed()
             if records.solved_at_s is not None and args.stop_at_target:
                 stop_reason = "target"
             elif args.time_limit is not None and now >= args.time_limit:
                 stop_reason = "time limit"
-            stop = stop_reason != "steps"
+            progress = records.log(now, steps, books.recent, result, stats,
+                                   done=stop_reason != "steps" or iteration == iterations)
             if on_progress is not None:
-                on_progress(Progress(steps, now, episodic_return, eval_return,
-                                     steps / max(clock.seconds["env"], 1e-9),
-                                     steps / (now - clock.seconds["evaluation"]),
-                                     dict(clock.seconds), stats,
-                                     done=stop or iteration == iterations,
-                                     eval_complete=result is None or result.complete))
-            if stop:
+                on_progress(progress)
+            if stop_reason != "steps":
                 break
-        wall_s, loop_eval_s = elapsed(), clock.seconds["evaluation"]
+        records.end_loop()
 
         # -- the final evaluation (the last one, when it ran on the final parameters and
         # finished), and enough ideal iterations for a median and IQR
@@ -526,9 +444,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
             ideal.top_up(buf, int(stats["epochs"]), agent, optimizer)
     except KeyboardInterrupt:
         stop_reason = "interrupted"
-    if wall_s is None:
-        wall_s, loop_eval_s = elapsed(), clock.seconds["evaluation"]
+    records.end_loop()  # (interrupted within the loop: now)
     env.close()
     eval_env.close()
-    return agent, records.summary(args, batch, steps, compile_s, wall_s, loop_eval_s, clock,
-                                  ideal, final, stop_reason)
+    return agent, records.summary(args, batch, steps, compile_s, ideal, final, stop_reason)
