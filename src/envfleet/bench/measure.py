@@ -25,7 +25,8 @@ worker (its start is part of ``construct_s``) and shuts it down after the point.
 Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actions()`` and
 ``info["action_mask"]``) are stepped with fresh random legal actions every call, and baselines
 without an action space (the chess peers) play their own; perft points (``bench/chess/``)
-count nodes instead of steps.
+count nodes instead of steps, and a point whose options name a ``loop`` is measured by that
+loop's function (``LOOPS``; bench/chess's user loop: a policy between steps, steps timed).
 """
 
 from __future__ import annotations
@@ -60,6 +61,9 @@ RAY_OBJECT_STORE = 256 * 2**20
 #: the worker's command table: a series (``PointSpec.backend``) -> the function that measures
 #: its points in place of ``measure`` (``measure_one``); bench/chess adds its perft series
 SERIES: dict[str, Callable[[PointSpec], dict[str, Any]]] = {}
+#: ``PointSpec.options["loop"]`` -> the function that measures such points in place of
+#: ``measure`` (bench/chess adds "user": a policy's NumPy work between steps, outside the clock)
+LOOPS: dict[str, Callable[[PointSpec], dict[str, Any]]] = {}
 #: env id -> (backend, options) -> fields every point of that env adds to its row (what a
 #: series plays, for like-for-like comparisons; bench/chess adds Chess-v0's ``fairness``)
 ROW_FIELDS: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {}
@@ -181,7 +185,7 @@ def _import_for(backend: str) -> None:
         import torch  # noqa: F401
     if backend.startswith("sb3-"):
         import stable_baselines3  # noqa: F401
-    if backend == "envpool":
+    if backend in ("envpool", "envpool-chess"):
         import envpool  # noqa: F401
     if backend == "ray":
         import ray  # noqa: F401
@@ -405,7 +409,11 @@ def measure_one(spec: PointSpec) -> dict[str, Any]:
     try:
         for module in spec.imports:
             importlib.import_module(module)
-        command = SERIES.get(spec.backend) or (
+        loop = spec.options.get("loop")
+        if loop is not None and loop not in LOOPS:
+            raise ValueError(f"point options name loop {loop!r}, which no bench package "
+                             f"registered (known: {', '.join(LOOPS) or 'none'})")
+        command = LOOPS.get(loop) or SERIES.get(spec.backend) or (
             measure_best_threads if spec.threads is None and _thread_sweep(spec.backend)
             else measure)
         return command(spec)

@@ -11,9 +11,10 @@ Executors can be asked for on a native id too (they run the Gymnasium env of the
 runs the native kernel in each actor). ``ray`` is measured only when asked for (each point
 starts a local Ray instance of its own).
 
-``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx) at
-smaller num_envs, then perft nodes/s (``bench/chess/``); its peers still run when this
-envfleet has no Chess-v0 yet.
+``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx,
+EnvPool) at smaller num_envs, each series twice: its tight loop and the user loop (a policy's
+NumPy work between steps, outside the clock: "<series> user"); then perft nodes/s
+(``bench/chess/``); its peers still run when this envfleet has no Chess-v0 yet.
 """
 
 from __future__ import annotations
@@ -301,6 +302,11 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
         else:
             series.append((b, b, None, None))
     series += [(b, b, None, None) for b in baselines]
+    loops = dict.fromkeys((label for label, *_ in series), "tight")
+    if chess.is_chess(env_id):  # every series again in the user loop (a policy between steps)
+        twins = [(f"{label} {chess.USER_SUFFIX}", b, t, w) for label, b, t, w in series]
+        loops.update(dict.fromkeys((label for label, *_ in twins), "user"))
+        series += twins
 
     max_python = getattr(args, "baseline_max_envs", None) or default_baseline_max_envs(env_id)
     # ray on a native id steps the native kernel in its actors: no Python env per env
@@ -318,6 +324,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 options["num_workers"] = w
             if backend in NATIVE_BACKENDS and chess.is_chess(env_id):
                 options.update(chess.native_options())  # the peers' games (copy=True)
+            if loops[label] != "tight":
+                options["loop"] = loops[label]
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
                              num_envs=n, threads=t, seconds=args.seconds, options=options)
             skip = None
@@ -331,7 +339,10 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 skip = (f"above --baseline-max-envs {max_python:,} "
                         "(one Python env object per env: slow to build, ~6-10 KB each)")
             points.append(Planned(label, spec, skip))
-    return points, [(label, backend) for label, backend, _, _ in series]
+    # a user-loop series is no backend's column in the ratio columns (``comparisons``): the
+    # chess sections compare the loops
+    return points, [(label, backend if loops[label] == "tight" else f"{loops[label]} loop")
+                    for label, backend, _, _ in series]
 
 
 def study_name(env_id: str, backends: list[str], threads: list[int],
@@ -474,6 +485,7 @@ def run(args: argparse.Namespace) -> int:
     threads = args.threads or [_default_threads()]
     points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
     series = [label for label, _ in columns]
+    user_series = [label for label, b in columns if b == "user loop"]  # chess: the user loop
     unit = "plies" if is_chess else "steps"
     if is_chess:  # then perft, position by position (envfleet's and python-chess's)
         points += [Planned(name, spec, skip)
@@ -533,7 +545,9 @@ def run(args: argparse.Namespace) -> int:
                         wait_until_quiet(args.wait_quiet, progress, task, what)
                         progress.update(task, description=f"measuring {what}")
                     row = run_point(s, args.timeout, env=_worker_env(s))
-                row = {"type": "perft" if perft else "point", "series": p.series,
+                kind = ("perft" if perft else "user" if s.options.get("loop") == "user"
+                        else "point")
+                row = {"type": kind, "series": p.series,
                        "env": env_id, **row}
                 if perft:
                     row.update(position=s.options["position"], depth=s.options["depth"])
@@ -552,7 +566,19 @@ def run(args: argparse.Namespace) -> int:
     finally:
         jsonl.close()
 
-    results = Results(rows, series, primary, pairs, unit=unit)
+    results = Results(rows, [s for s in series if s not in user_series], primary, pairs,
+                      unit=unit)
+    # chess: the tight and user loops' points together (targets, summary, plot), and the user
+    # loop's own table (its series against each peer's user loop)
+    both, user_results = results, None
+    if user_series:
+        user_rows = [{**r, "type": "point"} if r["type"] == "user" else r for r in rows]
+        user_pairs = [(f"{ours} {chess.USER_SUFFIX}", f"{b} {chess.USER_SUFFIX}")
+                      for ours, b in pairs if f"{b} {chess.USER_SUFFIX}" in user_series]
+        both = Results(user_rows, series, primary, pairs + user_pairs, unit=unit)
+        user_results = Results([r for r in user_rows if r["series"] in user_series],
+                               user_series, user_pairs[0][0] if user_pairs else None,
+                               user_pairs, unit=unit)
     perft_rows = [r for r in rows if r["type"] == "perft"]
     if not results.num_envs:
         return 130 if interrupted else 1
@@ -571,16 +597,16 @@ def run(args: argparse.Namespace) -> int:
     extra = ""
     if is_chess:  # ratios, best N, targets and perft as one JSON line after the points
         with open(jsonl.path, "a") as f:
-            f.write(json.dumps(chess.summary(results, perft_rows)) + "\n")
-        extra = chess.markdown_sections(results, perft_rows)
-        for table in chess.rich_sections(results, perft_rows):
+            f.write(json.dumps(chess.summary(both, perft_rows)) + "\n")
+        extra = chess.markdown_sections(both, perft_rows, user_results)
+        for table in chess.rich_sections(both, perft_rows, user_results):
             console.print(table)
 
     command = "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
     md_path = args.out / f"{stem}.md"
     md_path.write_text(markdown(results, env_id, info, settings, command) + extra)
     png_path = args.out / f"{stem}.png"
-    why_not = plot(results, env_id, info, png_path)
+    why_not = plot(both, env_id, info, png_path)
     written = [jsonl.path, md_path] + ([] if why_not else [png_path])
     console.print(f"wrote {', '.join(map(str, written))} in "
                   f"{time.perf_counter() - t_start:.0f} s")

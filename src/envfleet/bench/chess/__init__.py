@@ -24,7 +24,18 @@ own each ply (envfleet's default ``copy=True``; a ``copy=False`` series is label
   ``env.step``, a uniformly random legal action from ``state.legal_action_mask`` with
   ``jax.random``, finished boards replaced by an initial state); compile time is part of the
   first step (``warmup_s``), not of the plies/s. pgx cannot start from a FEN: it plays whole
-  games from the initial position (``positions: "initial"`` in its rows).
+  games from the initial position (``positions: "initial"`` in its rows);
+- ``envpool-chess``: EnvPool's C++ ``Chess-v1`` (a port of pgx's chess), sync mode, measured
+  at 1 .. usable cores threads and reported at its best; it has no random-legal-action call,
+  so its tight loop draws each ply's actions from its ``legal_action_mask`` with
+  ``random_legal_from_mask`` (NumPy, inside the clock); whole games from the initial position.
+
+Each series is measured twice: in its tight loop (above: each side draws its random legal
+moves its own way, inside the clock) and in the user loop (``userloop``: a trainer's loop,
+step then a policy's NumPy work on the mask, the same ``random_legal_from_mask`` on every side
+but python-chess, and only the steps timed: the policy's cost is left out on every side). The
+user loop's points are "<series> user" rows (``type: "user"`` in the JSON lines), with the
+policy's time per call and the minor page faults inside the step.
 
 ``compare()`` (``python -m envfleet.bench.chess``) measures envfleet and the peers in one process,
 in alternating rounds (a loaded machine slows all alike), and reports ratios as measured and
@@ -36,12 +47,13 @@ actions (``action_space=None``); a peer whose package is missing is reported as 
 Perft (``perft_points``): ``envfleet.envs.chess.perft(fen, depth)`` and a python-chess perft (bulk
 counting at the last ply, as envfleet's) on the same positions, nodes/s each in a fresh process.
 
-The package: ``games`` (constants, positions, the peers, envfleet's games), ``perft``,
-``sections`` (the report's chess sections), ``compare`` (``__main__``). Importing it registers
+The package: ``games`` (constants, positions, the peers, envfleet's games, the user loop's
+policy), ``userloop``, ``perft``, ``sections`` (the report's chess sections), ``compare``
+(``__main__``). Importing it registers
 the peers into ``baselines.BASELINES`` and Chess-v0's rows, reset positions and perft series
 into the bench worker (``measure.ROW_FIELDS``, ``RESET_OPTIONS``, ``SERIES``); ``envfleet.bench``
-imports it, so every bench process has them, and neither ``baselines``, ``measure`` nor
-``report`` imports chess.
+imports it, so every bench process has them (and the user loop into ``measure.LOOPS``), and
+neither ``baselines``, ``measure`` nor ``report`` imports chess.
 """
 
 from __future__ import annotations
@@ -56,7 +68,9 @@ from envfleet.bench.chess.games import (
     BENCH_POSITIONS,
     CHESS_ID,
     DEFAULT_NUM_ENVS,
+    ENVPOOL_CHESS_ID,
     GAME_PLIES,
+    INITIAL_ONLY,
     KIWIPETE_FEN,
     NATIVE,
     NUM_ACTIONS,
@@ -67,9 +81,12 @@ from envfleet.bench.chess.games import (
     REQUIRES,
     START_FEN,
     TARGETS,
+    EnvPoolGames,
     NativeGames,
     OpenSpielGames,
+    PgxGames,
     PythonChessGames,
+    build_games,
     chess_env_status,
     fairness,
     game_over,
@@ -78,6 +95,7 @@ from envfleet.bench.chess.games import (
     native_options,
     native_reset_options,
     peer_baselines,
+    random_legal_from_mask,
     start_fens,
 )
 from envfleet.bench.chess.perft import (
@@ -97,13 +115,21 @@ from envfleet.bench.chess.sections import (
     summary,
     target_lines,
 )
-from envfleet.bench.measure import RESET_OPTIONS, ROW_FIELDS, SERIES
+from envfleet.bench.chess.userloop import (
+    USER_SUFFIX,
+    UserLoop,
+    measure_user_loop,
+    timed_user_loop,
+)
+from envfleet.bench.measure import LOOPS, RESET_OPTIONS, ROW_FIELDS, SERIES
 
 __all__ = [
     "BENCH_POSITIONS",
     "CHESS_ID",
     "DEFAULT_NUM_ENVS",
+    "ENVPOOL_CHESS_ID",
     "GAME_PLIES",
+    "INITIAL_ONLY",
     "KIWIPETE_FEN",
     "NATIVE",
     "NUM_ACTIONS",
@@ -114,12 +140,17 @@ __all__ = [
     "REQUIRES",
     "START_FEN",
     "TARGETS",
+    "USER_SUFFIX",
     "Contender",
+    "EnvPoolGames",
     "NativeGames",
     "OpenSpielGames",
     "PerftCase",
+    "PgxGames",
     "PythonChessGames",
+    "UserLoop",
     "best_lines",
+    "build_games",
     "chess_env_status",
     "compare",
     "contenders",
@@ -129,6 +160,7 @@ __all__ = [
     "is_chess",
     "markdown_sections",
     "measure_perft",
+    "measure_user_loop",
     "native_options",
     "native_reset_options",
     "peer_baselines",
@@ -138,10 +170,12 @@ __all__ = [
     "perft_status",
     "perft_table",
     "python_chess_perft",
+    "random_legal_from_mask",
     "rich_sections",
     "start_fens",
     "summary",
     "target_lines",
+    "timed_user_loop",
 ]
 
 # the chess peers join the baselines, and the bench worker learns Chess-v0's rows, its reset
@@ -150,3 +184,4 @@ register_peers(CHESS_ID, peer_baselines())
 ROW_FIELDS[CHESS_ID] = fairness
 RESET_OPTIONS[CHESS_ID] = lambda num_envs: native_reset_options(CHESS_ID, num_envs)
 SERIES.update(dict.fromkeys(PERFT_SERIES, measure_perft))
+LOOPS["user"] = measure_user_loop

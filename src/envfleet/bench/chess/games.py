@@ -25,14 +25,22 @@ DEFAULT_NUM_ENVS = (1, 64, 512, 4096)
 #: by default (--baseline-max-envs): ~60 ms a call at 4096 boards, and the targets are at 512
 PYTHON_PEER_MAX_ENVS = 512
 #: the chess peers, in table-column order
-PEERS = ("python-chess", "openspiel", "openspiel-numpy", "pgx")
+PEERS = ("python-chess", "openspiel", "openspiel-numpy", "pgx", "envpool-chess")
 #: what each peer needs installed (the import name)
 REQUIRES = {"python-chess": "chess", "openspiel": "pyspiel", "openspiel-numpy": "pyspiel",
-            "pgx": "pgx"}
+            "pgx": "pgx", "envpool-chess": "envpool"}
+#: the peers that cannot load a FEN: whole games from the initial position
+INITIAL_ONLY = ("pgx", "envpool-chess")
+#: EnvPool's chess (a C++ port of pgx's: 8x8x119 observations, ``legal_action_mask`` in info)
+ENVPOOL_CHESS_ID = "Chess-v1"
 #: the issues' performance targets: (peer, num_envs or None for the best N of each, ratio as
 #: measured); issue 10 raised OpenSpiel's (list mask) from 25x to 40x
 TARGETS = (("openspiel", 512, 40.0), ("openspiel-numpy", 512, 100.0),
            ("python-chess", 512, 300.0), ("pgx", None, 20.0))
+#: issue 22's user-loop targets: (peer, num_envs, ratio) of envfleet's user loop against the
+#: peer's user loop, and (num_envs, most) of envfleet's tight-loop plies/s over its user loop's
+USER_TARGETS = (("openspiel", 512, 40.0),)
+USER_GAP_TARGET = (512, 1.3)
 
 #: plies a bench game runs from its start position before it restarts there (every contender)
 GAME_PLIES = 32
@@ -197,10 +205,15 @@ class PythonChessGames:
 
     def step(self) -> list[list[Any]]:
         """One random legal ply on every board; finished games restart at their position."""
-        moves, plies, rng, boards = self.moves, self.plies, self.rng, self.boards
+        rng = self.rng
+        return self.play([rng.randrange(len(legal)) for legal in self.moves])
+
+    def play(self, actions: Any) -> list[list[Any]]:
+        """Board i plays its legal move ``actions[i]`` (an index into ``moves[i]``: python-chess
+        has no action labels); finished games restart at their position."""
+        moves, plies, boards = self.moves, self.plies, self.boards
         for i, board in enumerate(boards):
-            legal = moves[i]
-            board.push(legal[rng.randrange(len(legal))])
+            board.push(moves[i][actions[i]])
             plies[i] += 1
             legal = moves[i] = list(board.legal_moves)  # the next ply's mask
             if game_over(board, legal, plies[i]):
@@ -208,6 +221,12 @@ class PythonChessGames:
                 moves[i] = list(board.legal_moves)
                 plies[i] = 0
         return moves
+
+    @staticmethod
+    def policy(moves: list[list[Any]], rng: np.random.Generator) -> np.ndarray:
+        """The user loop's policy here: a uniformly random index into each board's list."""
+        counts = np.fromiter(map(len, moves), np.int64, len(moves))
+        return (rng.random(len(moves)) * counts).astype(np.int64)
 
 
 def _python_chess(reference_id: str, num_envs: int, seed: int) -> BaselineEnv:
@@ -260,6 +279,24 @@ class OpenSpielGames:
             masks[i] = self._mask(state)  # the next ply's mask
         return masks
 
+    def play(self, actions: Any) -> list[Any]:
+        """State i plays action ``actions[i]`` (a label its mask allows); finished games
+        restart at their position."""
+        states, masks, plies = self.states, self.masks, self.plies
+        for i, state in enumerate(states):
+            state.apply_action(int(actions[i]))
+            plies[i] += 1
+            if plies[i] >= GAME_PLIES or state.is_terminal():
+                state = states[i] = self.game.new_initial_state(self.fens[i])
+                plies[i] = 0
+            masks[i] = self._mask(state)
+        return masks
+
+    @staticmethod
+    def policy(masks: list[Any], rng: np.random.Generator) -> np.ndarray:
+        """The user loop's policy: ``random_legal_from_mask`` on the masks as one array."""
+        return random_legal_from_mask(masks, rng)
+
 
 def _openspiel(as_numpy: bool):
     def build(reference_id: str, num_envs: int, seed: int) -> BaselineEnv:
@@ -270,54 +307,139 @@ def _openspiel(as_numpy: bool):
     return build
 
 
+# --- the user loop's policy ---------------------------------------------------------------------
+
+
+def random_legal_from_mask(mask: Any, rng: np.random.Generator) -> np.ndarray:
+    """A uniformly random legal action per row of ``mask`` ((N, 4672) bools, or what
+    ``np.asarray`` makes one of: OpenSpiel's lists), 0 for a row without one: the NumPy work a
+    masked random policy does between steps (the user loop's policy on every side)."""
+    mask = np.asarray(mask, dtype=bool)
+    rows, labels = np.nonzero(mask)
+    counts = np.bincount(rows, minlength=len(mask))
+    pick = np.cumsum(counts) - counts + (rng.random(len(mask)) * counts).astype(np.int64)
+    out = np.zeros(len(mask), np.int64)
+    has = counts > 0
+    out[has] = labels[pick[has]]
+    return out
+
+
 # --- pgx ----------------------------------------------------------------------------------------
 
 
+class PgxGames:
+    """pgx's chess on JAX's CPU backend, N boards from the initial position (pgx cannot load a
+    FEN), finished games replaced by an initial state. ``step``: one jitted function per ply
+    that draws a uniformly random legal action with ``jax.random`` (its mask stays a JAX
+    array); ``play``: the caller's actions, the mask handed back as a NumPy array."""
+
+    def __init__(self, num_envs: int, seed: int) -> None:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before jax is imported (the worker's)
+        import jax
+        import jax.numpy as jnp
+        import pgx
+
+        self.jax, self.jnp, self.seed, self.num_envs = jax, jnp, seed, num_envs
+        env = pgx.make("chess")
+        self._init = jax.jit(jax.vmap(env.init))
+        step_env = jax.vmap(env.step)
+
+        def advance(state: Any, first: Any, action: Any) -> Any:
+            state = step_env(state, action)
+            done = state.terminated | state.truncated
+
+            def restart(start: Any, now: Any) -> Any:
+                return jnp.where(done.reshape(done.shape + (1,) * (now.ndim - 1)), start, now)
+
+            # most plies end no game: copy initial states in only when one did
+            return jax.lax.cond(done.any(), lambda: jax.tree.map(restart, first, state),
+                                lambda: state)
+
+        def ply(state: Any, first: Any, key: Any) -> tuple[Any, Any]:
+            key, sub = jax.random.split(key)
+            mask = state.legal_action_mask
+            # a uniformly random legal action: the k-th legal label, k uniform in [0, count)
+            count = jnp.cumsum(mask, axis=1, dtype=jnp.int32)
+            k = jnp.floor(jax.random.uniform(sub, (num_envs,)) * count[:, -1]).astype(jnp.int32)
+            action = jnp.argmax(count > k[:, None], axis=1).astype(jnp.int32)
+            return advance(state, first, action), key
+
+        self._ply = jax.jit(ply, donate_argnums=(0, 2))
+        # no donation: the NumPy mask handed out may share the state's buffer
+        self._advance = jax.jit(advance)
+        self.state: Any = None
+
+    def reset(self) -> Any:
+        keys = self.jax.random.split(self.jax.random.PRNGKey(self.seed), self.num_envs + 1)
+        self.first, self.state, self.key = self._init(keys[1:]), self._init(keys[1:]), keys[0]
+        self.state.legal_action_mask.block_until_ready()
+        return np.asarray(self.state.legal_action_mask)
+
+    def step(self) -> Any:
+        self.state, self.key = self._ply(self.state, self.first, self.key)
+        self.state.legal_action_mask.block_until_ready()
+        return self.state
+
+    def play(self, actions: Any) -> np.ndarray:
+        self.state = self._advance(self.state, self.first, self.jnp.asarray(actions,
+                                                                            self.jnp.int32))
+        return np.asarray(self.state.legal_action_mask)
+
+    policy = staticmethod(random_legal_from_mask)
+
+    def close(self) -> None:
+        self.state = self.first = None
+
+
 def _pgx(reference_id: str, num_envs: int, seed: int) -> BaselineEnv:
-    os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before jax is imported (the worker's own)
-    import jax
-    import jax.numpy as jnp
-    import pgx
+    games = PgxGames(num_envs, seed)
+    return BaselineEnv(reset=games.reset, step=games.step, action_space=None,
+                       close=games.close)
 
-    env = pgx.make("chess")
-    init = jax.jit(jax.vmap(env.init))
-    step_env = jax.vmap(env.step)
-    box: dict[str, Any] = {}
 
-    def ply(state: Any, first: Any, key: Any) -> tuple[Any, Any]:
-        key, sub = jax.random.split(key)
-        mask = state.legal_action_mask
-        # a uniformly random legal action: the k-th legal label, k uniform in [0, count)
-        count = jnp.cumsum(mask, axis=1, dtype=jnp.int32)
-        k = jnp.floor(jax.random.uniform(sub, (num_envs,)) * count[:, -1]).astype(jnp.int32)
-        action = jnp.argmax(count > k[:, None], axis=1).astype(jnp.int32)
-        state = step_env(state, action)
-        done = state.terminated | state.truncated
+# --- EnvPool ------------------------------------------------------------------------------------
 
-        def restart(start: Any, now: Any) -> Any:
-            return jnp.where(done.reshape(done.shape + (1,) * (now.ndim - 1)), start, now)
 
-        # most plies end no game: copy initial states in only when one did
-        state = jax.lax.cond(done.any(), lambda: jax.tree.map(restart, first, state),
-                             lambda: state)
-        return state, key
+class EnvPoolGames:
+    """EnvPool's ``Chess-v1`` (C++, sync mode: every board stepped each call, on
+    ``num_threads`` threads), N boards from the initial position (it cannot load a FEN),
+    finished games reset by EnvPool on the next step. It has no random-legal-action call:
+    ``step`` draws one from its mask with ``random_legal_from_mask`` (NumPy, counted: the
+    only way its users have); ``play`` takes the caller's actions."""
 
-    ply_jit = jax.jit(ply, donate_argnums=(0, 2))
+    def __init__(self, num_envs: int, seed: int, num_threads: int = 1) -> None:
+        import envpool
 
-    def reset() -> Any:
-        keys = jax.random.split(jax.random.PRNGKey(seed), num_envs + 1)
-        box["first"] = init(keys[1:])
-        box["state"] = init(keys[1:])
-        box["key"] = keys[0]
-        box["state"].legal_action_mask.block_until_ready()
-        return box["state"]
+        self.env = envpool.make_gymnasium(ENVPOOL_CHESS_ID, num_envs=num_envs,
+                                          batch_size=num_envs, num_threads=num_threads,
+                                          seed=seed)
+        self.seed = seed
+        self.rng = np.random.default_rng(seed)
+        self.mask: np.ndarray | None = None
 
-    def step() -> Any:
-        box["state"], box["key"] = ply_jit(box["state"], box["first"], box["key"])
-        box["state"].legal_action_mask.block_until_ready()
-        return box["state"]
+    def reset(self) -> np.ndarray:
+        self.rng = np.random.default_rng(self.seed)
+        self.mask = self.env.reset()[1]["legal_action_mask"]
+        return self.mask
 
-    return BaselineEnv(reset=reset, step=step, action_space=None, close=box.clear)
+    def step(self) -> np.ndarray:
+        return self.play(random_legal_from_mask(self.mask, self.rng))
+
+    def play(self, actions: Any) -> np.ndarray:
+        self.mask = self.env.step(np.asarray(actions, np.int32))[4]["legal_action_mask"]
+        return self.mask
+
+    policy = staticmethod(random_legal_from_mask)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+def _envpool_chess(reference_id: str, num_envs: int, seed: int, num_threads: int = 1
+                   ) -> BaselineEnv:
+    games = EnvPoolGames(num_envs, seed, num_threads)
+    return BaselineEnv(reset=games.reset, step=games.step, action_space=None,
+                       close=games.close)
 
 
 def peer_baselines() -> list[Baseline]:
@@ -331,8 +453,11 @@ def peer_baselines() -> list[Baseline]:
                  True, _openspiel(True), requires="pyspiel", plays=CHESS_ID, extra="chess-bench"),
         Baseline("pgx", "pgx chess, jax.jit(jax.vmap(env.step)) on CPU", False, _pgx,
                  requires="pgx", plays=CHESS_ID, threads=None, extra="chess-bench"),
+        Baseline("envpool-chess", f"EnvPool's C++ {ENVPOOL_CHESS_ID} (sync mode, its best "
+                 "thread count), random legal actions drawn from its mask in NumPy", False,
+                 _envpool_chess, requires="envpool", plays=CHESS_ID, thread_sweep=True,
+                 extra="envpool"),
     ]
-
 
 
 # --- like-for-like comparison in one process ------------------------------------------------------
@@ -354,13 +479,15 @@ def fairness(backend: str, options: dict[str, Any]) -> dict[str, Any]:
     """What a chess point's series plays, for its JSON row: ``copy`` ("copy": arrays or lists
     of the caller's own each ply; "view": envfleet's buffers, overwritten by the next step,
     ``copy=False``), ``positions`` ("bench": ``BENCH_POSITIONS`` in ``GAME_PLIES``-ply
-    games; pgx cannot load a FEN: "initial", whole games from the initial position) and
-    ``actions`` (uniform over the legal moves, every series)."""
+    games; pgx and EnvPool cannot load a FEN: "initial", whole games from the initial
+    position), ``actions`` (uniform over the legal moves, every series) and ``loop``
+    ("tight": each side draws its actions its own way, inside the clock; "user": the
+    caller's NumPy policy draws them between steps, outside the clock)."""
     copy = "view" if backend in NATIVE and options.get("copy", True) is False else "copy"
-    positions = "initial" if backend == "pgx" else "bench"
-    return {"copy": copy, "positions": positions,
-            "game_plies": None if backend == "pgx" else GAME_PLIES,
-            "actions": "uniform over legal moves"}
+    initial = backend in INITIAL_ONLY
+    return {"copy": copy, "positions": "initial" if initial else "bench",
+            "game_plies": None if initial else GAME_PLIES,
+            "actions": "uniform over legal moves", "loop": options.get("loop", "tight")}
 
 
 class NativeGames:
@@ -385,5 +512,28 @@ class NativeGames:
     def step(self) -> Any:
         return self.env.step(self.env.unwrapped.random_legal_actions())[4]["action_mask"]
 
+    def play(self, actions: Any) -> Any:
+        """One ply with the caller's actions; the new mask (the caller's own with copy=True)."""
+        return self.env.step(actions)[4]["action_mask"]
+
+    policy = staticmethod(random_legal_from_mask)
+
     def close(self) -> None:
         self.env.close()
+
+
+def build_games(name: str, num_envs: int, seed: int, threads: int | None = None,
+                copy: bool = True) -> Any:
+    """The games object (``reset``, ``step``, ``play``, ``policy``, maybe ``close``) of a
+    native backend (``numba`` with ``threads``, ``cuda``) or a peer (EnvPool on ``threads``)."""
+    if name in NATIVE:
+        return NativeGames(num_envs, seed, copy=copy, num_threads=threads, backend=name)
+    if name == "python-chess":
+        return PythonChessGames(num_envs, seed)
+    if name in ("openspiel", "openspiel-numpy"):
+        return OpenSpielGames(num_envs, seed, as_numpy=name == "openspiel-numpy")
+    if name == "pgx":
+        return PgxGames(num_envs, seed)
+    if name == "envpool-chess":
+        return EnvPoolGames(num_envs, seed, threads or 1)
+    raise ValueError(f"no chess games named {name!r}; known: {', '.join((*NATIVE, *PEERS))}")

@@ -5,8 +5,15 @@ from __future__ import annotations
 
 from typing import Any
 
-from envfleet.bench.chess.games import CHESS_ID, PERFT_SERIES, TARGETS
-from envfleet.bench.report import _md_table, human, ratio, rich_table
+from envfleet.bench.chess.games import (
+    CHESS_ID,
+    PERFT_SERIES,
+    TARGETS,
+    USER_GAP_TARGET,
+    USER_TARGETS,
+)
+from envfleet.bench.chess.userloop import USER_SUFFIX
+from envfleet.bench.report import _md_table, human, micros, ratio, rich_table
 
 # --- the chess report sections --------------------------------------------------------------------
 
@@ -62,6 +69,48 @@ def target_lines(results: Any) -> list[str]:
         core_text = f", {ratio(core)} per core used" if core is not None else ""
         lines.append(f"{primary} vs {peer} {where}: {ratio(r)} as measured{core_text} "
                      f"({detail}); target >= {target:g}× as measured: {verdict}")
+    return lines + user_target_lines(results)
+
+
+def _ok(row: dict[str, Any] | None) -> dict[str, Any] | None:
+    return row if row and row.get("status") == "ok" else None
+
+
+def user_targets(results: Any) -> list[dict[str, Any]]:
+    """Issue 22's user-loop targets, each with its measured ratio (None: not measured): the
+    primary series' tight loop over its user loop (at most ``USER_GAP_TARGET``), and its user
+    loop against each ``USER_TARGETS`` peer's user loop."""
+    primary = results.primary
+    if primary is None:
+        return []
+    ours = f"{primary} {USER_SUFFIX}"
+    n, most = USER_GAP_TARGET
+    tight, user = _ok(results.get(primary, n)), _ok(results.get(ours, n))
+    gap = tight["steps_per_s"] / user["steps_per_s"] if tight and user else None
+    out = [{"what": f"{primary} tight loop / user loop", "num_envs": n, "target": most,
+            "at_most": True, "ratio": gap, "met": None if gap is None else gap <= most}]
+    for peer, n, least in USER_TARGETS:
+        mine, theirs = _ok(results.get(ours, n)), _ok(results.get(f"{peer} {USER_SUFFIX}", n))
+        r = mine["steps_per_s"] / theirs["steps_per_s"] if mine and theirs else None
+        out.append({"what": f"{ours} / {peer} {USER_SUFFIX}", "num_envs": n, "target": least,
+                    "at_most": False, "ratio": r, "met": None if r is None else r >= least,
+                    "ratio_per_core": None if r is None else per_core(r, mine, theirs)})
+    return out
+
+
+def user_target_lines(results: Any) -> list[str]:
+    """``user_targets`` as the report's lines."""
+    lines = []
+    for t in user_targets(results):
+        bound = f"{'<=' if t['at_most'] else '>='} {t['target']:g}×"
+        where = f"{t['what']} at N={t['num_envs']:,}"
+        if t["ratio"] is None:
+            lines.append(f"{where}: not measured (target {bound})")
+            continue
+        core = t.get("ratio_per_core")
+        core_text = f", {ratio(core)} per core used" if core is not None else ""
+        lines.append(f"{where}: {ratio(t['ratio'])} as measured{core_text}; target {bound}: "
+                     f"{'met' if t['met'] else 'NOT met'}")
     return lines
 
 
@@ -106,7 +155,8 @@ def summary(results: Any, perft_rows: list[dict[str, Any]]) -> dict[str, Any]:
             "python_chess_nodes_per_s": ref and ref["nodes_per_s"],
             "ratio": mine["nodes_per_s"] / ref["nodes_per_s"] if mine and ref else None}
     return {"type": "summary", "primary": primary, "unit": "plies", "ratios": ratios,
-            "best": best, "targets": targets, "perft": perft}
+            "best": best, "targets": targets, "user_loop_targets": user_targets(results),
+            "perft": perft}
 
 
 def best_lines(results: Any) -> list[str]:
@@ -119,11 +169,39 @@ def best_lines(results: Any) -> list[str]:
     return lines
 
 
-def markdown_sections(results: Any, perft_rows: list[dict[str, Any]]) -> str:
-    """The chess sections after the plies/s tables: best N, targets, perft."""
-    parts = ["", "Best plies/s of each series: " + "; ".join(best_lines(results)) + ".", "",
-             "Targets (issues 4 and 10, one run on this machine; ratios as measured, "
-             "envfleet's threads against each peer's, and per core used):", ""]
+#: what the user loop's table says about how it was measured
+USER_LOOP_NOTE = ("step; then a policy's NumPy work on the mask (a uniformly random legal "
+                  "action per board: `random_legal_from_mask`; python-chess: an index into "
+                  "each board's legal-move list) before the next step; only the steps are "
+                  "timed, the policy on no side")
+
+
+def user_loop_table(user: Any) -> tuple[list[str], list[list[str]]]:
+    """Header and cells of the user loop's table: plies/s, ratios, then each series' policy
+    time and page faults inside the step at each N (what the step paid beyond the plies)."""
+    header, body = user.throughput_table()
+    header = [*header, "policy / call", "faults / step"]
+    cells = []
+    for n, row in zip(user.num_envs, body, strict=True):
+        p = user.get(user.primary, n) if user.primary else None
+        extra = [micros(p["policy_us_per_call"]), f"{p['minor_faults_per_step']:.1f}"] \
+            if p and p.get("status") == "ok" and "policy_us_per_call" in p else ["", ""]
+        cells.append([text for text, _ in row] + extra)
+    return header, cells
+
+
+def markdown_sections(results: Any, perft_rows: list[dict[str, Any]], user: Any = None) -> str:
+    """The chess sections after the plies/s tables: the user loop's table (``user``: its
+    ``Results``), best N, targets, perft."""
+    parts = []
+    if user is not None and user.num_envs:
+        parts += ["", f"### {CHESS_ID}: plies/s in the user loop", "",
+                  f"The user loop: {USER_LOOP_NOTE}; the policy and faults columns are "
+                  f"{user.primary}'s.", "", _md_table(*user_loop_table(user))]
+    parts += ["", "Best plies/s of each series: " + "; ".join(best_lines(results)) + ".", "",
+             "Targets (issues 4, 10 and 22, one run on this machine; ratios as measured, "
+             "envfleet's threads against each peer's, and per core used; the user loop's "
+             "steps timed, its policy not):", ""]
     parts += [f"- {line}" for line in target_lines(results)]
     if perft_rows:
         header, body = perft_table(perft_rows)
@@ -137,11 +215,17 @@ def markdown_sections(results: Any, perft_rows: list[dict[str, Any]]) -> str:
     return "\n".join(parts) + "\n"
 
 
-def rich_sections(results: Any, perft_rows: list[dict[str, Any]]) -> list[Any]:
-    """The same sections for the terminal: best N and targets as text, the perft table."""
+def rich_sections(results: Any, perft_rows: list[dict[str, Any]], user: Any = None
+                  ) -> list[Any]:
+    """The same sections for the terminal: the user loop's table, best N and targets as text,
+    the perft table."""
     from rich.markup import escape
 
-    out: list[Any] = ["best: " + escape("; ".join(best_lines(results)))]
+    out: list[Any] = []
+    if user is not None and user.num_envs:
+        out.append(rich_table(f"{CHESS_ID} plies/s in the user loop ({USER_LOOP_NOTE})",
+                              *user_loop_table(user)))
+    out.append("best: " + escape("; ".join(best_lines(results))))
     for line in target_lines(results):
         style = "green" if line.endswith(": met") else "yellow"
         out.append(f"[{style}]target: {escape(line)}[/]")
