@@ -82,13 +82,14 @@ def one_core() -> int | None:
 
 
 def compare(seconds: float = 1.0, rounds: int = 5, seed: int = 0,
-            batched_envs: int = 512) -> dict[str, Any]:
+            batched_envs: int = 512, pin: bool = True) -> dict[str, Any]:
     """Steps/s of each AEC env (median round), env-only µs a step, envfleet's ratios to
-    PettingZoo's, and native Chess-v0's batched plies/s on the same core."""
+    PettingZoo's, and native Chess-v0's batched plies/s on the same core (``pin``: this
+    process stays pinned to one CPU afterwards)."""
     from envfleet.bench.chess.games import NativeGames
     from envfleet.bench.report import cpu_model
 
-    cpu = one_core()
+    cpu = one_core() if pin else None
     loops = {name: AECLoop(make, seed) for name, make in _makers().items()}
     for loop in loops.values():  # compile, warm up off the clock
         loop.run(0.2)
