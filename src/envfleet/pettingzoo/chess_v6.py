@@ -31,7 +31,8 @@ except ImportError as error:
 
 from envfleet.envs.chess import core
 from envfleet.envs.chess.fen import format_fen
-from envfleet.pettingzoo.chess_engine import OBS_PLANES, ChessBoards
+from envfleet.envs.chess.tables import move_to_label
+from envfleet.pettingzoo.chess_engine import OBS_PLANES, ChessBoards, label_tables
 
 __all__ = ["CheckedEnv", "env", "raw_env"]
 
@@ -353,9 +354,6 @@ class _OrderedIterator(AECIterator):
 
 def _pz_label(board: Any, move: Any) -> int:
     """chess_utils' label of python-chess ``move`` on ``board`` (mirrored for black)."""
-    from envfleet.envs.chess.tables import move_to_label
-    from envfleet.pettingzoo.chess_engine import label_tables
-
     promo = {None: 0, 5: 0, 2: 1, 3: 2, 4: 3}[move.promotion]
     native = move_to_label(move.from_square, move.to_square, promo, board.turn == 0)
     return int(label_tables()[0][native])
