@@ -124,3 +124,12 @@ def test_cuda_with_a_numpy_numba_cuda_cannot_load_says_what_to_install():
     assert proc.returncode == 0, proc.stderr
     assert "does not work with numpy" in proc.stdout, proc.stdout
     assert "pip install 'numpy<2.5'" in proc.stdout, proc.stdout
+
+
+def test_pettingzoo_chess_without_pettingzoo_names_the_extra():
+    proc = run_without(("pettingzoo",), """
+        from envfleet.pettingzoo import chess_v6
+    """)
+    assert proc.returncode == 1
+    assert "pip install 'envfleet[pettingzoo]'" in proc.stderr.strip().splitlines()[-1], \
+        proc.stderr
