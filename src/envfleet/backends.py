@@ -19,7 +19,7 @@ NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
 EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "serial": ("envfleet.executors.serial:SerialVectorEnv", ("restart_failed",)),
     "subprocess": ("envfleet.executors.subprocess:SubprocessVectorEnv",
-                   ("step_timeout", "start_method", "restart_failed")),
+                   ("step_timeout", "start_method", "restart_failed", "batch_size")),
     "pool": ("envfleet.executors.pool:PoolVectorEnv",
              ("num_workers", "step_timeout", "start_method", "pin_workers", "batch_size",
               "restart_failed", "spin_us")),

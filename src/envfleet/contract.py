@@ -5,7 +5,9 @@ checks of a batch of actions and the wording of their errors: one module, import
 ``native/``, ``executors/`` and ``sb3.py``, so that every backend refuses the same input with
 the same words. ``VectorContract`` is the base class both ``NativeVectorEnv`` and
 ``ExecutorVectorEnv`` inherit: the reset and step rules, SAME_STEP's ``final_obs`` info and the
-closed-env error, written once.
+closed-env error, written once. ``on_episode_end`` is the autoreset rule that the torch engine
+and the executors apply (the driver compiles the same rule into the numba and cuda kernels),
+with ``begin_episodes`` / ``end_truncated``, the outputs it gives a batch's rows.
 """
 
 from __future__ import annotations
@@ -84,6 +86,38 @@ def check_reset_mask(mask: Any, num_envs: int) -> np.ndarray:
             f"got dtype {mask.dtype} and shape {mask.shape}"
         )
     return mask
+
+
+# --- autoreset: one rule ----------------------------------------------------------------------
+
+#: what happens to an env whose episode ended (by its own step, or because its worker or actor
+#: was lost and rebuilt): reset on its next step, reset now (its last observation kept as
+#: ``final_obs``), or wait for ``reset(options={"reset_mask": ...})``
+PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
+
+
+def on_episode_end(mode: AutoresetMode) -> str:
+    """The one autoreset rule (Gymnasium 1.x): NEXT_STEP pends the reset to the env's next
+    step, SAME_STEP resets at once, DISABLED leaves it to the caller. The torch engine applies
+    it to its batch, the executors to each env (``EnvGroup``) and to every env of a lost share
+    (``ShareFleet``); the driver compiles the same rule for numba and cuda."""
+    return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)
+
+
+def begin_episodes(rewards: Any, terminated: Any, truncated: Any, rows: Any) -> None:
+    """The outputs of envs ``rows`` whose step was a reset (NEXT_STEP's reset step, a lost
+    share's new envs): reward 0, both flags down. NumPy arrays and torch tensors alike."""
+    rewards[rows] = 0
+    terminated[rows] = False
+    truncated[rows] = False
+
+
+def end_truncated(rewards: Any, terminated: Any, truncated: Any, rows: Any) -> None:
+    """The outputs of envs ``rows`` whose episode ends because their worker or actor was lost
+    (``restart_failed``): truncated, reward 0. NumPy arrays and torch tensors alike."""
+    rewards[rows] = 0
+    terminated[rows] = False
+    truncated[rows] = True
 
 
 # --- actions ---------------------------------------------------------------------------------

@@ -1,18 +1,19 @@
-"""First-ready async batches (EnvPool's ``send`` / ``recv``), the front end that the ``pool``
-and ``ray`` executors share.
+"""First-ready async batches (EnvPool's ``send`` / ``recv``), written once for every
+transport of ``fleet.ShareFleet`` (``pool``, ``subprocess``, ``ray``).
 
 ``send(actions, env_ids)`` checks the ids and actions (nothing moves if anything is refused),
-writes the actions into the batch buffers and hands the envs to their owners
-(``_send_to_owners``); ``recv()`` waits (``_collect``) until ``batch_size`` envs are ready and
-returns those that have waited longest (a FIFO: no env starves), with ``info["env_id"]``. A
-share lost while envs are in flight (its worker or actor died or hung, and was restarted) ends
-its envs' episodes as truncated with ``info["env_failure"]`` (``_async_lost``).
+writes the actions into the batch buffers and hands each owner its envs (``_hand``); ``recv()``
+waits (``_collect``) until ``batch_size`` envs are ready and returns those that have waited
+longest (a FIFO: no env starves), with ``info["env_id"]``. A share whose envs are in flight and
+that stays silent for ``step_timeout`` failed (``_check_hung``); a share lost while envs are in
+flight (its worker or actor died or hung, and was restarted) ends its envs' episodes as
+truncated with ``info["env_failure"]`` (``_async_lost``).
 
-An executor using it is a ``fleet.ShareFleet`` (shares, ``_owner``: env -> share index,
-faults) that calls ``_init_async`` once started, ``_arrived`` as envs report, and implements
-``_send_to_owners``, ``_collect``, ``_busy_since``, ``_drop_in_flight`` and ``_share_lost``;
-``_check_hung`` fails the silent shares. It keeps ``_in_flight`` (sent, not reported),
-``_ready`` (reported, not returned yet, in order) and ``_ready_infos``.
+The bookkeeping is kept here: ``_in_flight`` (sent, not reported), ``_ready`` (reported, not
+returned yet, in order), ``_ready_infos``, and per share ``_flying`` (envs in flight) and
+``_heard`` (when it last reported, or got work while idle). A transport only implements
+``_hand`` (send envs to their owner), ``_take_reports`` (wait up to a timeout, take the reports
+that came: ``_arrived``) and ``_drop_in_flight`` (forget its requests in flight).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
+from envfleet.contract import end_truncated
 from envfleet.executors.actions import check_actions
 from envfleet.executors.group import FAILURE_KEY
 from envfleet.executors.infos import adder
@@ -31,7 +33,11 @@ from envfleet.executors.shared_memory import assign_rows, export, final_obs_info
 
 
 class FirstReady:
-    """The ``send`` / ``recv`` front end over an executor's hooks (see the module doc)."""
+    """The ``send`` / ``recv`` front end over a transport's hooks (see the module doc); mixed
+    into ``fleet.ShareFleet`` (its shares, ``_owner``: env -> share index, and faults)."""
+
+    #: envs ``recv`` returns at a time (``num_envs``: synchronous, ``step`` works)
+    batch_size: int
 
     def reset(self, *, seed: Any = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
@@ -110,7 +116,17 @@ class FirstReady:
                              f"env_ids={ids.tolist()})") from None
         assign_rows(self._actions, actions, ids)
         with self._guard("send()"):
-            self._send_to_owners(ids)
+            owners = self._owner[ids]
+            for index in np.unique(owners).tolist():
+                part = ids[owners == index]
+                self._in_flight[part] = True
+                if not self._flying[index]:
+                    self._heard[index] = time.monotonic()
+                self._flying[index] += len(part)
+                for e in part.tolist():
+                    self._ready.pop(e, None)
+                    self._ready_infos.pop(e, None)
+                self._hand(self._shares[index], part)
 
     def recv(self) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
         """The first ``batch_size`` envs to finish (those that have waited longest first):
@@ -158,45 +174,66 @@ class FirstReady:
         return obs, rewards, terminated, truncated, infos
 
     def _init_async(self) -> None:
-        """The async bookkeeping (a transport adds its own)."""
+        """The async bookkeeping (once the shares are known)."""
         self._in_flight = np.zeros(self.num_envs, dtype=bool)  # sent, not reported yet
         self._ready: dict[int, None] = {}  # finished, not returned by recv yet (oldest first)
         self._ready_infos: dict[int, tuple[dict, dict]] = {}  # their (info, final info)
         self._action_batch_spaces: dict[int, Any] = {}
+        # per share: envs in flight, and when it last reported (or got work while idle): a
+        # share with envs in flight that stays silent for step_timeout is hung
+        self._flying = np.zeros(len(self._shares), dtype=np.int64)
+        self._heard = np.zeros(len(self._shares))
 
     def _clear_async(self, ready: list[int] | None) -> None:
         """Nothing in flight; ``ready`` (in order) waits for ``recv``."""
         self._in_flight[:] = False
+        self._flying[:] = 0
         self._ready = dict.fromkeys(ready or ())
         self._ready_infos = {}
         self._drop_in_flight()
 
-    def _arrived(self, ids: int | list[int], reports: Any = ()) -> None:
-        """Envs ``ids`` reported (their rows are written): ready for ``recv``, after those
-        already waiting; ``reports``: (env, info, final info) of those with infos."""
+    def _arrived(self, ids: int | list[int], reports: Any = (), ready: bool = True) -> None:
+        """Envs ``ids`` (of one share) reported (their rows are written): ready for ``recv``,
+        after those already waiting; ``reports``: (env, info, final info) of those with infos;
+        not ``ready``: they failed (the caller raises their error)."""
         for e, info, final in reports:
             self._ready_infos[e] = (info, final)
         self._in_flight[ids] = False
-        if type(ids) is int:
+        one = type(ids) is int
+        index = int(self._owner[ids if one else ids[0]])
+        self._flying[index] -= 1 if one else len(ids)
+        self._heard[index] = time.monotonic()
+        if not ready:
+            return
+        if one:
             self._ready[ids] = None
         else:
             self._ready.update(dict.fromkeys(ids))
 
+    def _collect(self, count: int, phase: str) -> None:
+        """Wait until ``count`` more envs have reported (or a fault: raised), failing the
+        shares silent for ``step_timeout``."""
+        while count > 0:
+            count -= self._check_hung(phase)
+            if count <= 0:
+                break
+            since = self._heard[self._flying > 0].min()
+            count -= self._take_reports(max(since + self.step_timeout - time.monotonic(), 0.0),
+                                        phase)
+
     def _async_lost(self) -> int:
-        """Envs of workers lost (and restarted) in async mode end as truncated and are ready
+        """Envs of shares lost (and restarted) in async mode end as truncated and are ready
         for ``recv``; returns how many of them were in flight."""
         a = self.arrays
         recovered = 0
         restarted = dict(self._restart_infos)
+        same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
         for index, what in self._lost.items():
-            rows = self._share_rows(index)
-            a["rewards"][rows] = 0.0
-            a["terminated"][rows] = False
-            a["truncated"][rows] = True
+            rows = self._shares[index].rows
+            end_truncated(a["rewards"], a["terminated"], a["truncated"], rows)
             recovered += int(self._in_flight[rows].sum())
             self._in_flight[rows] = False
-            self._share_lost(index)
-            same_step = self.autoreset_mode is AutoresetMode.SAME_STEP
+            self._flying[index] = 0
             for e in range(rows.start, rows.stop):
                 self._ready.pop(e, None)
                 self._ready[e] = None
@@ -207,18 +244,6 @@ class FirstReady:
         self._restart_infos = []
         return recovered
 
-    def _drop_in_flight(self) -> None:
-        """Forget the transport's requests in flight (after a reset or a step)."""
-        raise NotImplementedError
-
-    def _send_to_owners(self, ids: np.ndarray) -> None:
-        """Hand the envs ``ids`` (their actions are in the buffers) to their owners."""
-        raise NotImplementedError
-
-    def _collect(self, count: int, phase: str) -> None:
-        """Wait until ``count`` more envs have reported (or a fault: raised)."""
-        raise NotImplementedError
-
     def _check_hung(self, phase: str) -> int:
         """Fail the shares that have had envs in flight but said nothing for
         ``step_timeout``; returns how many in-flight envs came back (as truncated) through
@@ -226,17 +251,23 @@ class FirstReady:
         recovered = 0
         now = time.monotonic()
         for share in list(self._shares):
-            since = self._busy_since(share.index)
-            if since is not None and since + self.step_timeout <= now:
-                self._failed(share, f"did not answer within step_timeout="
-                                    f"{self.step_timeout:g} s", phase)
+            if self._flying[share.index] > 0 and \
+                    self._heard[share.index] + self.step_timeout <= now:
+                self._failed(share, self._silence(), phase)
                 recovered += self._async_lost()
         return recovered
 
-    def _busy_since(self, index: int) -> float | None:
-        """When share ``index`` last reported (or got work while idle), if it has envs in
-        flight; None when it has none."""
+    # --- the transport's hooks ------------------------------------------------------------
+
+    def _hand(self, share: Any, ids: np.ndarray) -> None:
+        """Send ``share``'s owner its envs ``ids`` to step (their actions are in the
+        buffers)."""
         raise NotImplementedError
 
-    def _share_lost(self, index: int) -> None:
-        """Forget share ``index``'s in-flight bookkeeping (it was lost and restarted)."""
+    def _take_reports(self, timeout: float, phase: str) -> int:
+        """Wait up to ``timeout`` s for reports and take those that came (``_arrived``; an
+        env's error raised); returns how many envs became ready."""
+        raise NotImplementedError
+
+    def _drop_in_flight(self) -> None:
+        """Forget the transport's requests in flight (after a reset or a step)."""

@@ -1,19 +1,21 @@
 """``ShareFleet``: the executor core that worker processes (``pool``, ``subprocess``) and Ray
 actors (``ray``) share: envs in shares of contiguous indices, each share run by one remote
-owner, and every fault handled here, once.
+owner, every fault handled here, once, and first-ready batching (``first_ready.FirstReady``:
+``send`` / ``recv`` with ``batch_size < num_envs``) for every transport.
 
 A transport (``processes.ProcessVectorEnv``, ``ray.RayVectorEnv``) only moves data: it starts
 an owner (``_replace``), sends it work and gathers the answers (``_reset_shares``,
 ``_step_shares``, ``_call_shares``, ``_set_attr_shares``), stops one (``_stop``, ``_kill``) and
-closes them all (``_shutdown``). Its answers come back as ``InfoParts`` (``executors.infos``):
-one merge for every transport.
+closes them all (``_shutdown``); for first-ready batches it hands envs to their owner
+(``_hand``) and takes the reports that come (``_take_reports``). Its answers come back as
+``InfoParts`` (``executors.infos``): one merge for every transport.
 
 Faults: an owner that dies or stays silent is reported through ``_failed``. Without
 ``restart_failed`` (or outside a step or reset) that is fatal: everything is shut down and an
 ``EnvWorkerError`` names the owner, what happened and the env it was running (``_env_of``:
 blame by env index). With ``restart_failed`` the owner is built again over new envs
 (``_restart``): its envs' episodes end as truncated with ``info["env_failure"]``, under the
-executors' one autoreset rule (``group.on_episode_end``: NEXT_STEP resets them on their next
+executors' one autoreset rule (``contract.on_episode_end``: NEXT_STEP resets them on their next
 step, SAME_STEP resets them now and keeps their last observations as ``final_obs``, DISABLED
 leaves them to ``reset_mask``), and the other shares step on. A share lost during a reset is
 reset again, once.
@@ -27,8 +29,10 @@ from typing import Any, NoReturn
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envfleet.contract import RESET_NOW, end_truncated, on_episode_end
 from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv, failure_error
-from envfleet.executors.group import FAILURE_KEY, RESET_NOW, Infos, on_episode_end
+from envfleet.executors.first_ready import FirstReady
+from envfleet.executors.group import FAILURE_KEY, Infos
 from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.shared_memory import copy_row
 
@@ -61,6 +65,25 @@ def check_timeout(step_timeout: Any) -> float:
     return float(step_timeout)
 
 
+def check_number(name: str, value: Any, unit: str = "") -> float:
+    """A real option (``num_cpus``, ``spin_us``...) of at least 0 (``unit``: " of seconds")."""
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ValueError(f"{name} must be a number{unit} >= 0, got {value!r}")
+    return float(value)
+
+
+def check_batch_size(batch_size: Any, num_envs: int) -> int:
+    """``batch_size`` (first-ready: envs per ``recv``): None (``num_envs``, synchronous) or an
+    int with 1 <= batch_size <= num_envs."""
+    if batch_size is None:
+        return num_envs
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) \
+            or not 1 <= batch_size <= num_envs:
+        raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs="
+                         f"{num_envs}, got {batch_size!r}")
+    return int(batch_size)
+
+
 @dataclass
 class Share:
     """Envs ``start .. stop - 1``, run by owner ``index`` (a worker process, a Ray actor)."""
@@ -82,8 +105,9 @@ class Share:
         return f"share {self.index} ({self.envs()})"
 
 
-class ShareFleet(ExecutorVectorEnv):
-    """The shares, their owners' faults and restarts; a transport subclass moves the data."""
+class ShareFleet(FirstReady, ExecutorVectorEnv):
+    """The shares, their owners' faults and restarts, first-ready batches; a transport
+    subclass moves the data."""
 
     #: the phases in which a lost owner is restarted (``restart_failed``); in any other it is
     #: fatal
@@ -99,6 +123,7 @@ class ShareFleet(ExecutorVectorEnv):
             self._owner[s.start:s.stop] = s.index
         self._lost: dict[int, str] = {}  # this batch's lost shares: index -> what happened
         self._restart_infos: Infos = []  # the infos of their new envs (SAME_STEP: reset)
+        self._init_async()
 
     # --- transport hooks ------------------------------------------------------------------
 
@@ -131,6 +156,10 @@ class ShareFleet(ExecutorVectorEnv):
         autoreset rule (``EnvGroup.start_fresh``); returns their infos. ``what`` and ``phase``
         name the loss, for ``_fatal`` when the new owner cannot start."""
         raise NotImplementedError
+
+    def _silence(self) -> str:
+        """What an owner that did not answer in time did wrong."""
+        return f"did not answer within step_timeout={self.step_timeout:g} s"
 
     def _restarted_where(self, share: Share) -> str:
         """Where ``share``'s new owner runs, for the failure info (" as pid 7")."""
@@ -172,10 +201,8 @@ class ShareFleet(ExecutorVectorEnv):
         if self._lost:  # their envs' episodes end here, truncated
             a = self.arrays
             for index in self._lost:
-                rows = self._shares[index].rows
-                a["rewards"][rows] = 0
-                a["terminated"][rows] = False
-                a["truncated"][rows] = True
+                end_truncated(a["rewards"], a["terminated"], a["truncated"],
+                              self._shares[index].rows)
             failures = self._failure_infos(self._lost)
             infos.append((None, self._restart_infos + failures))
             if self.autoreset_mode is AutoresetMode.SAME_STEP:
@@ -195,9 +222,6 @@ class ShareFleet(ExecutorVectorEnv):
         for i, value in zip(rows, values, strict=True):
             mine.setdefault(int(self._owner[i]), []).append(value)
         self._set_attr_shares(self._owners(rows), name, mine)
-
-    def _check_idle(self, what: str) -> None:
-        """(First-ready executors refuse ``what`` while envs are in flight.)"""
 
     def _close_executor(self) -> None:
         self._shutdown()
@@ -277,7 +301,3 @@ class ShareFleet(ExecutorVectorEnv):
             s = self._shares[int(self._owner[i])]
             owners.setdefault(s.index, []).append(i - s.start)
         return dict(sorted(owners.items()))
-
-    def _share_rows(self, index: int) -> slice:
-        """The env rows of share ``index`` (first-ready's hook)."""
-        return self._shares[index].rows

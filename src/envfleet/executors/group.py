@@ -17,6 +17,7 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
+from envfleet.contract import PEND, RESET_NOW, WAIT, on_episode_end
 from envfleet.executors.outputs import check_flag, check_info, check_reward, obs_writer
 from envfleet.executors.shared_memory import copy_row, nest, row_reader
 
@@ -24,19 +25,9 @@ from envfleet.executors.shared_memory import copy_row, nest, row_reader
 Infos = list[tuple[int, dict[str, Any]]]
 #: the info key that reports a restarted env (``restart_failed=True``): what went wrong
 FAILURE_KEY = "env_failure"
-
-#: what happens to an env whose episode ended (by its own step, or because it was lost and
-#: rebuilt): reset on its next step, reset now (its last observation kept as ``final_obs``), or
-#: wait for ``reset(options={"reset_mask": ...})``
-PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
-
-
-def on_episode_end(mode: AutoresetMode) -> str:
-    """The executors' one autoreset rule: NEXT_STEP pends the reset to the env's next step
-    (Gymnasium 1.x), SAME_STEP resets at once, DISABLED leaves it to the caller. ``EnvGroup``
-    applies it to each env (``step``, ``step_one``, a rebuilt env), ``ShareFleet`` to every
-    env of a lost share (``EnvGroup.start_fresh`` in the new worker or actor)."""
-    return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)
+#: (the autoreset rule is the contract's, re-exported here for the executors)
+__all__ = ["FAILURE_KEY", "PEND", "RESET_NOW", "WAIT", "EnvFailure", "EnvGroup", "Infos",
+           "on_episode_end"]
 
 
 class EnvFailure(Exception):

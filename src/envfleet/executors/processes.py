@@ -6,21 +6,18 @@ available, else ``spawn``: a forked copy of a process that ran Numba's threads c
 it its factories with cloudpickle, then drives the workers with one message each way per batch
 (``executors.worker`` has the protocol; ``shared_batch.SharedBatch`` the pool's shared memory).
 Waiting never spins and never blocks forever: the parent sleeps in ``poll(2)`` on the workers'
-pipes with the deadline ``step_timeout``; a worker that dies closes its pipe (seen at once),
-one that does not answer in time is lost too (``ShareFleet._failed``).
+pipes with the deadline ``step_timeout`` (``_poll``: the one wait of every exchange, replies,
+a batch's wake-up and first-ready reports alike); a worker that dies closes its pipe (seen at
+once), one that does not answer in time is lost too (``ShareFleet._failed``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import multiprocessing
 import os
 import pickle
-import select
-import signal
 import time
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,13 +25,16 @@ import cloudpickle
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envfleet.executors import pipes
 from envfleet.executors import worker as protocol
-from envfleet.executors.base import DEFAULT_STEP_TIMEOUT
+from envfleet.executors.base import DEFAULT_STEP_TIMEOUT, failure_error
 from envfleet.executors.fleet import (
     MIN_START_TIMEOUT,
     Share,
     ShareFleet,
+    check_batch_size,
     check_count,
+    check_number,
     check_timeout,
     split,
 )
@@ -43,9 +43,6 @@ from envfleet.executors.infos import InfoParts, entries
 from envfleet.executors.serial import check_spaces
 from envfleet.executors.shared_memory import SharedBuffers
 from envfleet.machine import usable_core_ids
-
-#: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
-STEP_FRAME = len(protocol.STEP).to_bytes(4, "big", signed=True) + protocol.STEP
 
 
 @dataclass
@@ -73,55 +70,47 @@ class ProcessVectorEnv(ShareFleet):
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, pin_workers: bool = False,
-                 restart_failed: bool = False, spin_us: float = 0.0) -> None:
-        if getattr(multiprocessing.current_process(), "_inheriting", False):
-            # this is a worker starting up, and importing the user's main script again built
-            # an executor: there is no guard; exit quietly, the parent explains (one error
-            # instead of one traceback per worker)
-            os._exit(protocol.MAIN_REIMPORTED)
+                 restart_failed: bool = False, spin_us: float = 0.0,
+                 batch_size: int | None = None) -> None:
+        protocol.exit_if_reimported()
         num_envs = len(factories)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
+        self.batch_size = check_batch_size(batch_size, num_envs)
         self.num_workers = min(check_count("num_workers", num_workers), num_envs)
         self.step_timeout = check_timeout(step_timeout)
         self.pin_workers = bool(pin_workers)
         self.restart_failed = bool(restart_failed)
-        if isinstance(spin_us, bool) or not isinstance(spin_us, int | float) or spin_us < 0:
-            raise ValueError(f"spin_us must be a number of microseconds >= 0, got {spin_us!r}")
-        self.spin_us = float(spin_us)
+        self.spin_us = check_number("spin_us", spin_us, " of microseconds")
         self._workers: list[Worker] = []
         self._init_shares(self._workers)
         self._buffers: list[SharedBuffers] = []
         # runs at close(), at garbage collection and at interpreter exit, whichever comes first
         self._closers: list[Any] = []  # other connections to close at the end
-        self._finalizer = weakref.finalize(self, protocol.stop_workers, self._workers,
+        self._finalizer = weakref.finalize(self, pipes.stop_workers, self._workers,
                                            self._buffers, self._closers)
         try:
-            self._start(factories, start_method or protocol.default_start_method())
+            self._start(factories, start_method)
         except BaseException:
             self._finalizer()
             raise
 
     # --- start-up ----------------------------------------------------------------------------
 
-    def _start(self, factories: list[Callable[[], Any]], start_method: str) -> None:
-        ctx = self._ctx = multiprocessing.get_context(start_method)
-        if start_method == "forkserver":
-            # workers fork from a server that has imported what they need
-            ctx.set_forkserver_preload(["envfleet.executors.worker"])
+    def _start(self, factories: list[Callable[[], Any]], start_method: str | None) -> None:
+        ctx = self._ctx = pipes.start_context(start_method)
         self._cores = usable_core_ids() if self.pin_workers else []
         self._lock = self._done_w = self._current = None  # (_current: read by _env_of)
         self._open_sync(ctx)
         self._payloads = {}
         for index, (start, stop) in enumerate(split(self.num_envs, self.num_workers)):
-            payload = protocol.pickle_factories(factories, start, stop)
+            payload = pipes.pickle_factories(factories, start, stop)
             if self.restart_failed:
                 self._payloads[index] = payload
             self._workers.append(self._spawn(index, start, stop, payload))
         self._init_shares(self._workers)
-        self._poller = select.poll()
-        self._by_fd = {}
+        self._pipes = pipes.Pipes()
         for w in self._workers:
-            self._watch(w)
+            self._pipes.watch(w)
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
         hellos = self._gather(self._workers, "make", timeout)
         hellos = [cloudpickle.loads(hello[1:]) for hello in hellos]
@@ -138,18 +127,9 @@ class ProcessVectorEnv(ShareFleet):
     def _spawn(self, index: int, start: int, stop: int, payload: bytes) -> Worker:
         """Start the process of worker ``index`` (envs ``start .. stop - 1``)."""
         core = self._cores[index % len(self._cores)] if self._cores else None
-        parent_conn, child_conn = self._ctx.Pipe(duplex=True)
-        process = self._ctx.Process(
-            target=protocol.worker_main, name=f"envfleet-worker-{index}", daemon=True,
-            args=(child_conn, payload, start, index, os.getpid(), core, self._lock,
-                  self._done_w, self.spin_us))
-        process.start()
-        child_conn.close()
-        return Worker(index, start, stop, process=process, conn=parent_conn)
-
-    def _watch(self, w: Worker) -> None:
-        self._poller.register(w.conn.fileno(), select.POLLIN | select.POLLHUP)
-        self._by_fd[w.conn.fileno()] = w
+        process, conn = pipes.start_worker(self._ctx, index, start, payload, core,
+                                              self._lock, self._done_w, self.spin_us)
+        return Worker(index, start, stop, process=process, conn=conn)
 
     def _layout_message(self, w: Worker, fresh: bool) -> bytes:
         """The start-up message that hands worker ``w`` its buffers (``fresh``: see worker)."""
@@ -159,37 +139,33 @@ class ProcessVectorEnv(ShareFleet):
 
     # --- talking to the workers -------------------------------------------------------------
 
+    def _poll(self, timeout: float, phase: str, drain: bool = False,
+              only: set[int] | None = None) -> Iterator[tuple[Worker | None, bytes | None]]:
+        """``Pipes.wait``, a worker found dead handled first (``_died``: restarted, or
+        fatal)."""
+        for w, message in self._pipes.wait(timeout, drain, only):
+            if w is not None and message is None:
+                self._died(w, phase)
+            yield w, message
+
     def _gather(self, workers: list[Worker], phase: str, timeout: float) -> list[bytes]:
         """The replies of ``workers`` (in order), or an EnvWorkerError (after shutting down on
-        a dead or silent worker; with ``restart_failed`` its reply is ``protocol.LOST`` instead). An
-        env's exception is raised once every worker answered."""
+        a dead or silent worker; with ``restart_failed`` its reply is ``protocol.LOST``
+        instead). An env's exception is raised once every worker answered."""
         replies: dict[int, bytes] = {}
         waiting = {w.index for w in workers}
         deadline = time.monotonic() + timeout
-        poller, by_fd = self._poller, self._by_fd
         while waiting:
-            remaining = deadline - time.monotonic()
-            events = poller.poll(max(remaining, 0.0) * 1000.0)  # (overdue: what has come)
-            if not events:
+            for w, message in self._poll(deadline - time.monotonic(), phase, only=waiting):
+                if w is not None:
+                    replies[w.index] = protocol.LOST if message is None else message
+                    waiting.discard(w.index)
+            if waiting and time.monotonic() >= deadline:
                 silent = next(w for w in workers if w.index in waiting)
-                self._failed(silent, f"did not answer within step_timeout="
-                             f"{self.step_timeout:g} s" if phase != "make" else
-                             f"did not finish building its envs within {timeout:g} s", phase)
+                self._failed(silent, f"did not finish building its envs within {timeout:g} s"
+                             if phase == "make" else self._silence(), phase)
                 replies[silent.index] = protocol.LOST
                 waiting.discard(silent.index)
-                continue
-            for fd, _ in events:
-                w = by_fd.get(fd)
-                if w is None or w.index not in waiting:
-                    continue  # (cannot happen: one reply per command)
-                try:
-                    replies[w.index] = w.conn.recv_bytes()
-                except (EOFError, OSError):
-                    self._died(w, phase)
-                    replies[w.index] = protocol.LOST
-                    waiting.discard(w.index)
-                    break  # the new worker may have the old one's fd: poll again
-                waiting.discard(w.index)
         ordered = [replies[w.index] for w in workers]
         self._raise_errors(ordered)
         return ordered
@@ -215,16 +191,15 @@ class ProcessVectorEnv(ShareFleet):
     def _died(self, w: Worker, phase: str) -> None:
         """Worker ``w``'s pipe closed: it died (reaped, its exit named)."""
         w.process.join(0.5)
-        self._failed(w, f"died unexpectedly ({protocol.exit_text(w.process.exitcode)})", phase)
+        self._failed(w, f"died unexpectedly ({pipes.exit_text(w.process.exitcode)})", phase)
 
     def _stop(self, w: Worker) -> None:
-        with contextlib.suppress(ProcessLookupError, TypeError):  # (stopped or stuck: no
-            os.kill(w.process.pid, signal.SIGKILL)  # use asking it to close first)
+        pipes.kill(w.process)
 
     def _fatal(self, w: Worker, what: str, phase: str) -> None:
         if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
             self._shutdown()
-            raise RuntimeError(protocol.UNGUARDED_MAIN) from None
+            raise RuntimeError(pipes.UNGUARDED_MAIN) from None
         super()._fatal(w, what, phase)
 
     def _restarted_where(self, w: Worker) -> str:
@@ -234,23 +209,15 @@ class ProcessVectorEnv(ShareFleet):
         """Forget lost worker ``w`` (counted out of a shared-memory batch, reaped, its info
         segments unlinked) and start a new process over new envs in its place."""
         self._forget(w)
-        fd = w.conn.fileno()
-        self._poller.unregister(fd)
-        del self._by_fd[fd]
-        w.process.join(2.0)
-        with contextlib.suppress(OSError):
-            w.conn.close()
-        with contextlib.suppress(ValueError):
-            w.process.close()
+        self._pipes.unwatch(w)
+        pipes.reap(w.process, w.conn)
         new = self._spawn(w.index, w.start, w.stop, self._payloads[w.index])
         w.process, w.conn = new.process, new.conn
         timeout = max(self.step_timeout, MIN_START_TIMEOUT)
-        hello = self._await(w, timeout)
-        if hello[:1] == protocol.HELLO:
+        reply = pipes.next_message(w.conn, timeout)
+        if reply[:1] == protocol.HELLO:
             w.conn.send_bytes(self._layout_message(w, fresh))
-            reply = self._await(w, timeout)
-        else:
-            reply = hello
+            reply = pipes.next_message(w.conn, timeout)
         if reply[:1] not in (protocol.OK, protocol.INFO):
             why = (f"env {pickle.loads(reply[1:])[0]} raised while being rebuilt"
                    if reply[:1] == protocol.ERROR else "its new process did not start")
@@ -258,17 +225,8 @@ class ProcessVectorEnv(ShareFleet):
         infos = entries(self._infos([w], [reply])[0])
         if self._current is not None:
             self._current[w.index] = -1
-        self._watch(w)
+        self._pipes.watch(w)
         return infos
-
-    def _await(self, w: Worker, timeout: float) -> bytes:
-        """``w``'s next message, or b"" if it dies or stays silent for ``timeout`` s."""
-        try:
-            if w.conn.poll(timeout):
-                return w.conn.recv_bytes()
-        except (EOFError, OSError):
-            pass
-        return b""
 
     def _env_of(self, w: Worker, phase: str) -> int | None:
         """The env worker ``w`` was running (shared memory: its slot of ``current``)."""
@@ -312,7 +270,7 @@ class ProcessVectorEnv(ShareFleet):
         self._expect(len(self._workers))
         for w in self._workers:
             if not self._piped_actions:  # (the actions are in the shared buffers)
-                self._send(w, STEP_FRAME, "step", framed=True)
+                self._send(w, protocol.STEP_FRAME, "step", framed=True)
                 continue
             self._send(w, protocol.STEP + pickle.dumps(
                 {k: self.arrays[k][w.start:w.stop] for k in self._piped_actions},
@@ -321,21 +279,22 @@ class ProcessVectorEnv(ShareFleet):
 
     def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
                      kwargs: dict[str, Any]) -> dict[int, list[Any]]:
-        workers = [self._workers[index] for index in owners]
-        for w in workers:
-            self._send(w, protocol.CALL + cloudpickle.dumps((owners[w.index], name, args,
-                                                              kwargs)), "call")
-        replies = self._gather(workers, "call", self.step_timeout)
-        return {w.index: pickle.loads(reply[1:])
-                for w, reply in zip(workers, replies, strict=True)}
+        replies = self._ask(protocol.CALL, {i: (rows, name, args, kwargs)
+                                            for i, rows in owners.items()}, "call")
+        return {index: pickle.loads(reply[1:]) for index, reply in replies.items()}
 
     def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
                          values: dict[int, list[Any]]) -> None:
-        workers = [self._workers[index] for index in owners]
+        self._ask(protocol.SET_ATTR, {i: (rows, name, values[i]) for i, rows in owners.items()},
+                  "set_attr")
+
+    def _ask(self, command: bytes, payloads: dict[int, tuple], phase: str) -> dict[int, bytes]:
+        """Send worker ``index`` ``command`` with ``payloads[index]`` (cloudpickled); their
+        replies, by worker index."""
+        workers = [self._workers[index] for index in payloads]
         for w in workers:
-            self._send(w, protocol.SET_ATTR + cloudpickle.dumps(
-                (owners[w.index], name, values[w.index])), "set_attr")
-        self._gather(workers, "set_attr", self.step_timeout)
+            self._send(w, command + cloudpickle.dumps(payloads[w.index]), phase)
+        return dict(zip(payloads, self._gather(workers, phase, self.step_timeout), strict=True))
 
     def _exchange(self, workers: list[Worker], phase: str) -> tuple[InfoParts, InfoParts]:
         workers = [w for w in workers if w.index not in self._lost]  # lost while sending
@@ -351,17 +310,44 @@ class ProcessVectorEnv(ShareFleet):
         token = os.urandom(8)
         for w in self._workers:
             self._send(w, protocol.SYNC + token, "reset")
-        for w in self._workers:
-            deadline = time.monotonic() + self.step_timeout
-            while w.index not in self._lost:
-                try:
-                    if not w.conn.poll(max(deadline - time.monotonic(), 0.0)):
-                        self._failed(w, f"did not answer within step_timeout="
-                                        f"{self.step_timeout:g} s", "reset")
-                    elif w.conn.recv_bytes() == protocol.SYNCED + token:
-                        break
-                except (EOFError, OSError):
-                    self._died(w, "reset")
+        waiting = {w.index for w in self._workers}
+        deadline = time.monotonic() + self.step_timeout
+        while waiting := waiting - set(self._lost):
+            for w, message in self._poll(deadline - time.monotonic(), "reset", True, waiting):
+                if w is not None and message == protocol.SYNCED + token:
+                    waiting.discard(w.index)
+            if waiting and time.monotonic() >= deadline:
+                self._failed(self._workers[min(waiting)], self._silence(), "reset")
+
+    # --- first-ready batches (``first_ready.FirstReady``'s transport hooks) ----------------
+
+    def _hand(self, w: Worker, ids: np.ndarray) -> None:
+        """One message to worker ``w`` with its envs ``ids`` (and their piped actions)."""
+        message = protocol.SEND + ids.astype("<i8").tobytes() if not self._piped_actions \
+            else protocol.SEND_VALUES + pickle.dumps(
+                (ids.tolist(), {k: self.arrays[k][ids].tolist() for k in self._piped_actions}))
+        if not self._send(w, message, "step"):
+            self._async_lost()
+
+    def _take_reports(self, timeout: float, phase: str) -> int:
+        count = 0
+        for w, message in self._poll(timeout, phase, drain=True):
+            if message is None:  # w died (and was restarted)
+                count += self._async_lost()
+            elif w is not None:  # (the wake-up pipe is not used in async mode)
+                count += self._report(message)
+        return count
+
+    def _report(self, message: bytes) -> int:
+        """An async worker's report of one env: the env is ready (1), or its error raised."""
+        e, info, final, values, failure = protocol.read_report(message)
+        if failure is not None:
+            self._arrived(e, ready=False)
+            raise failure_error(*failure)
+        for name, value in (values or {}).items():  # its piped outputs (object leaves)
+            self.arrays[name][e] = value
+        self._arrived(e, () if info is None else ((e, info, final),))
+        return 1
 
     def _shutdown(self) -> None:
         """Stop every worker and release every shared resource (idempotent)."""

@@ -28,10 +28,8 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import re
 import signal
 import time
-import traceback
 import warnings
 import weakref
 from collections.abc import Callable
@@ -45,34 +43,31 @@ from envfleet.executors.base import (
     DEFAULT_STEP_TIMEOUT,
     EnvWorkerError,
     RemoteTraceback,
-    buffer_layout,
     failure_error,
     spaces_mismatch,
 )
-from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.fleet import (
     MIN_START_TIMEOUT,
     Share,
     ShareFleet,
+    check_batch_size,
     check_count,
+    check_number,
     check_timeout,
     split,
 )
-from envfleet.executors.group import (
-    PEND,
-    RESET_NOW,
-    WAIT,
-    EnvFailure,
-    EnvGroup,
-    Infos,
-    on_episode_end,
-)
+from envfleet.executors.group import Infos
 from envfleet.executors.infos import InfoParts, entries, tree_of
-from envfleet.executors.pool import PoolVectorEnv
-from envfleet.executors.serial import check_same_spaces
-from envfleet.executors.shared_memory import assign_rows, nest, take_rows
+from envfleet.executors.runner import (
+    NativeEnvs,
+    ShareRunner,
+    check_per_env,
+    choose_engine,
+    output_names,
+    process_identity,
+)
+from envfleet.executors.shared_memory import assign_rows, take_rows
 
-ENGINES = ("serial", "pool", "numba")
 #: how long actors asked to close may take before they are killed
 CLOSE_GRACE = 2.0
 #: how long make waits for free resources that Ray still counts as held (it frees those of
@@ -80,268 +75,6 @@ CLOSE_GRACE = 2.0
 FREE_GRACE = 2.0
 #: the stand-in reply of an actor lost (and started again) during a call
 LOST = ("lost",)
-#: where a local engine's messages name its envs: "env 3's step()", "env 3 raised" (at the
-#: start), "(envs 0..3, pid ..)" / "(env 2, pid ..)" (a pool worker), "running env 3's"
-_ENV_NUMBER = re.compile(r"(^env |\(envs? |running env )(\d+)(?:\.\.(\d+))?")
-
-
-def _output_names(arrays: dict[str, np.ndarray]) -> list[str]:
-    """The leaves an engine writes: observations, rewards, flags, final observations."""
-    return [k for k in arrays if k.split(".")[0] != "act"]
-
-
-def _shift_env_numbers(text: str, offset: int) -> str:
-    """``text`` with its env numbers ("env 3", "envs 0..3") moved by ``offset`` (a local
-    engine's indices as the driver's)."""
-    def shift(m: re.Match) -> str:
-        stop = f"..{int(m.group(3)) + offset}" if m.group(3) else ""
-        return f"{m.group(1)}{int(m.group(2)) + offset}{stop}"
-    return _ENV_NUMBER.sub(shift, text)
-
-
-def _process_identity(pid: int | str = "self") -> tuple[str, str, str] | None:
-    """Which process ``pid`` is: (this machine's boot id, its pid namespace, its start time),
-    read from /proc (None elsewhere, or when it is gone). An actor reports its own; the driver
-    kills a pid only when it finds the same triple (same machine, same namespace, not reused)."""
-    try:
-        with open("/proc/sys/kernel/random/boot_id") as f:
-            boot = f.read().strip()
-        namespace = os.readlink(f"/proc/{pid}/ns/pid")
-        with open(f"/proc/{pid}/stat") as f:
-            started = f.read().rsplit(")", 1)[1].split()[19]
-    except (OSError, IndexError):
-        return None
-    return boot, namespace, started
-
-
-class ShareRunner:
-    """The body of one actor: envs ``start .. stop - 1`` and the local engine that steps
-    them. Every method answers ("ok", ...) or an error tuple, never raises: ``("error",
-    EnvFailure.as_tuple())``, ``("env_error", message, env index, traceback)`` (a local
-    engine's EnvWorkerError, indices already the driver's) or ``("raise", exception,
-    traceback)``."""
-
-    def __init__(self, engine: str, payload: Any, start: int, stop: int, mode: AutoresetMode,
-                 restart_failed: bool, engine_options: dict[str, Any]) -> None:
-        self.start, self.stop, self.mode, self.engine = start, stop, mode, engine
-        self.group: EnvGroup | None = None
-        self.vec: Any = None
-        self.pending_fresh = False  # native NEXT_STEP after a restart: next step = reset obs
-        self.error: tuple | None = None
-        try:
-            self._build(payload, restart_failed, engine_options)
-        except Exception as error:
-            self.error = self._failed(error)
-
-    def _build(self, payload: Any, restart_failed: bool, options: dict[str, Any]) -> None:
-        k = self.stop - self.start
-        if self.engine == "numba":
-            from envfleet.envs import FAMILIES, NATIVE_ENVS
-            from envfleet.native.build import build_native
-
-            env_id, env_kwargs, max_steps = payload
-            self.vec = build_native(NATIVE_ENVS[env_id], k, "numba", autoreset_mode=self.mode,
-                                    copy=False, max_episode_steps=max_steps,
-                                    check_compile=env_id not in FAMILIES,
-                                    **options, **env_kwargs)
-        elif self.engine == "pool":
-            self.vec = PoolVectorEnv(payload, autoreset_mode=self.mode, copy=False,
-                                     restart_failed=restart_failed, **options)
-        else:
-            envs = []
-            try:
-                for j, factory in enumerate(payload):
-                    try:
-                        envs.append(factory())
-                    except Exception as error:
-                        raise EnvFailure(self.start + j, "make", error) from error
-                check_same_spaces(envs, first=self.start)
-            except BaseException:
-                for env in envs:
-                    with contextlib.suppress(Exception):
-                        env.close()
-                raise
-            first = envs[0]
-            self.spaces = (first.observation_space, first.action_space)
-            self.meta = (getattr(first, "metadata", None), getattr(first, "render_mode", None))
-        if self.vec is not None:
-            self.spaces = (self.vec.single_observation_space, self.vec.single_action_space)
-            self.meta = (self.vec.metadata, self.vec.render_mode)
-        obs_space, act_space = self.spaces
-        self.arrays = buffer_layout(obs_space, act_space, k, self.mode).local()
-        if self.engine == "numba":  # rewards as the native env gives them
-            self.arrays["rewards"] = np.zeros(k, np.asarray(self.vec.engine.rewards).dtype)
-        self.outputs = _output_names(self.arrays)
-        self.obs = nest(obs_space, self.arrays, "obs")
-        self.final_obs = (nest(obs_space, self.arrays, "final_obs")
-                          if self.mode is AutoresetMode.SAME_STEP else None)
-        if self.vec is None:
-            self.group = EnvGroup(envs, self.start, 0, self.mode, obs_space, act_space,
-                                  self.arrays, factories=payload if restart_failed else None)
-
-    def _failed(self, error: BaseException) -> tuple:
-        if isinstance(error, EnvFailure):
-            return ("error", error.as_tuple())
-        tb = "".join(traceback.format_exception(error))
-        if isinstance(error, EnvWorkerError):
-            index = None if error.env_index is None else error.env_index + self.start
-            return ("env_error", _shift_env_numbers(str(error), self.start), index,
-                    error.worker_traceback or tb)
-        return ("raise", error, tb)
-
-    def hello(self) -> tuple:
-        """The envs' spaces, metadata and this actor's process (pid, identity) and node (or
-        what failed)."""
-        if self.error is not None:
-            return self.error
-        import ray
-
-        return ("ok", self.spaces, self.meta, self.arrays["rewards"].dtype, os.getpid(),
-                ray.get_runtime_context().get_node_id(), _process_identity())
-
-    def reset(self, mask: np.ndarray | None, seeds: list | None,
-              options: dict[str, Any] | None) -> tuple:
-        """Reset the masked envs; ("ok", outputs, infos, [], batched info)."""
-        try:
-            if self.group is not None:
-                infos = self.group.reset(mask, seeds, options)
-                return ("ok", self._rows(), infos, [], None)
-            options = dict(options or {})
-            if mask is not None:
-                options["reset_mask"] = mask
-            obs, info = self.vec.reset(seed=seeds, options=options or None)
-            self.pending_fresh = False
-            assign_rows(self.obs, obs, slice(None))
-            self.arrays["rewards"][:] = 0
-            self.arrays["terminated"][:] = False
-            self.arrays["truncated"][:] = False
-            return ("ok", self._rows(), [], [], info or None)
-        except Exception as error:
-            return self._failed(error)
-
-    def start_fresh(self) -> tuple:
-        """After a restart during a step: the envs start under the autoreset rule
-        (``group.on_episode_end``): NEXT_STEP resets them on the next step (("ok",)),
-        SAME_STEP now (the reset's reply); a native engine resets at once either way, and
-        under NEXT_STEP its next step returns those observations."""
-        rule = on_episode_end(self.mode)
-        if rule == WAIT:
-            return ("ok",)
-        if self.group is not None:
-            try:
-                infos = self.group.start_fresh()
-            except Exception as error:
-                return self._failed(error)
-            return ("ok", self._rows(), infos, [], None) if rule == RESET_NOW else ("ok",)
-        reply = self.reset(None, None, None)
-        self.pending_fresh = rule == PEND and reply[0] == "ok"
-        return reply[:1] if self.pending_fresh else reply
-
-    def step(self, actions: dict[str, np.ndarray]) -> tuple:
-        """Step every env with ``actions`` (one array per action leaf); ("ok", outputs, infos,
-        final infos, batched info)."""
-        try:
-            for name, value in actions.items():
-                assign_rows(self.arrays[name], value, slice(None))
-            if self.group is not None:
-                infos, finals = self.group.step()
-                return ("ok", self._rows(), infos, finals, None)
-            if self.pending_fresh:  # the reset observations, as NEXT_STEP's reset step
-                self.pending_fresh = False
-                self.arrays["rewards"][:] = 0
-                self.arrays["terminated"][:] = False
-                self.arrays["truncated"][:] = False
-                return ("ok", self._rows(), [], [], None)
-            act = nest(self.spaces[1], self.arrays, "act")
-            obs, rewards, terminated, truncated, info = self.vec.step(act)
-            a = self.arrays
-            assign_rows(self.obs, obs, slice(None))
-            a["rewards"][:], a["terminated"][:], a["truncated"][:] = \
-                rewards, terminated, truncated
-            info = dict(info)
-            if "final_obs" in info:
-                final = info.pop("final_obs")
-                if isinstance(final, np.ndarray) and final.dtype != object:
-                    assign_rows(self.final_obs, final, slice(None))
-                else:  # Dict / Tuple observations: Sync's object array, None for the others
-                    for j in np.flatnonzero(info["_final_obs"]).tolist():
-                        assign_rows(self.final_obs, final[j], j)
-            for key in ("_final_obs", "_final_info"):
-                info.pop(key, None)
-            if not info.get("final_info", True):
-                del info["final_info"]
-            return ("ok", self._rows(), [], [], info or None)
-        except Exception as error:
-            return self._failed(error)
-
-    def step_some(self, ids: np.ndarray, actions: dict[str, np.ndarray]) -> tuple:
-        """Async: step envs ``ids`` (the driver's indices) one at a time; ("ok", their
-        outputs, [(id, info, final info)] for those with infos)."""
-        local = ids - self.start
-        try:
-            for name, value in actions.items():
-                assign_rows(self.arrays[name], value, local)
-            reports = []
-            for i, j in zip(ids.tolist(), local.tolist(), strict=True):
-                info, final = self.group.step_one(j)
-                if info or final:
-                    reports.append((i, info, final))
-            return ("ok", {k: take_rows(self.arrays[k], local) for k in self.outputs}, reports)
-        except Exception as error:
-            return self._failed(error)
-
-    def call(self, rows: list[int], name: str | Callable[..., Any], args: tuple,
-             kwargs: dict[str, Any]) -> tuple:
-        """Local envs ``rows``' attribute ``name`` (Gymnasium's ``call``)."""
-        try:
-            if self.group is not None:
-                return ("ok", self.group.call(rows, name, args, kwargs))
-            if self.engine == "pool":
-                return ("ok", list(self.vec.call_at(rows, name, *args, **kwargs)))
-            if name == "render" and not args and not kwargs:
-                return ("ok", list(self.vec.render(env_indices=rows)))
-            raise NotImplementedError(
-                f"call({name!r}): native envs on ray run as one kernel per actor, without "
-                f"per-env attributes; only call('render') is supported")
-        except Exception as error:
-            return self._failed(error)
-
-    def set_attr(self, rows: list[int], name: str, values: list[Any]) -> tuple:
-        """Set local env ``rows[k]``'s attribute ``name`` to ``values[k]``."""
-        try:
-            if self.group is not None:
-                self.group.set_attr(rows, name, values)
-            elif self.engine == "pool":
-                self.vec.set_attr_at(rows, name, values)
-            else:
-                raise NotImplementedError(
-                    f"set_attr({name!r}): native envs on ray have no per-env attributes")
-            return ("ok",)
-        except Exception as error:
-            return self._failed(error)
-
-    def close(self) -> None:
-        """Close the envs (errors ignored)."""
-        with contextlib.suppress(Exception):
-            if self.group is not None:
-                self.group.close()
-            elif self.vec is not None:
-                self.vec.close()
-
-    def _rows(self) -> dict[str, np.ndarray]:
-        return {k: self.arrays[k] for k in self.outputs}
-
-
-@dataclass(frozen=True)
-class NativeEnvs:
-    """``num_envs`` envs of native id ``env_id`` (each actor runs its share as one kernel)."""
-
-    env_id: str
-    num_envs: int
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    max_episode_steps: int | None = None
-
-
 @dataclass
 class Actor(Share):
     """One actor of the driver, its share and its async state."""
@@ -349,11 +82,10 @@ class Actor(Share):
     handle: Any = None
     pid: int | None = None
     node: str | None = None
-    identity: tuple[str, str, str] | None = None  # its process's (``_process_identity``)
+    identity: tuple[str, str, str] | None = None  # its process's (``runner.process_identity``)
     ref: Any = None  # async: the request in flight
     ids: np.ndarray | None = None  # async: the envs of that request
     queue: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)
-    heard: float = 0.0  # async: when it last answered (or was given work while idle)
 
     def describe(self) -> str:
         node = f", node {self.node[:12]}" if self.node else ""
@@ -486,14 +218,23 @@ def _kill(a: Actor) -> None:
     for it to exit, ~5 s), and the actor through Ray (wherever it runs)."""
     import ray
 
-    if a.identity is not None and a.pid is not None and _process_identity(a.pid) == a.identity:
+    if a.identity is not None and a.pid is not None and process_identity(a.pid) == a.identity:
         with contextlib.suppress(OSError):
             os.kill(a.pid, signal.SIGKILL)
     with contextlib.suppress(Exception):
         ray.kill(a.handle, no_restart=True)
 
 
-class RayVectorEnv(FirstReady, ShareFleet):
+class RayShareRunner(ShareRunner):
+    """A ``ShareRunner`` as a Ray actor: it names its Ray node."""
+
+    def _node(self) -> str | None:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+
+
+class RayVectorEnv(ShareFleet):
     """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
     engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids): the Ray
     transport of ``ShareFleet`` (spawn, send, gather, kill, close)."""
@@ -517,31 +258,17 @@ class RayVectorEnv(FirstReady, ShareFleet):
         self._actors: list[Actor] = []
         self._owns_ray = [False]
         self._finalizer = weakref.finalize(self, _shutdown, self._actors, self._owns_ray)
-        engine = engine or ("numba" if native is not None else "serial")
-        if engine not in ENGINES:
-            raise ValueError(f"engine must be one of {', '.join(ENGINES)}, got {engine!r}")
-        if (engine == "numba") != (native is not None):
-            raise ValueError("engine 'numba' runs native ids (envfleet.make('CartPole-v1', n, "
-                             "backend='ray')); Gymnasium envs run on engine 'serial' or 'pool'")
+        batch_size = check_batch_size(batch_size, num_envs)
+        engine = choose_engine(engine, native is not None, batch_size, num_envs)
         check_timeout(step_timeout)
         if engine_options is not None and not isinstance(engine_options, dict):
             raise TypeError(f"engine_options must be a dict, got {engine_options!r}")
-        if batch_size is None:
-            batch_size = num_envs
-        if isinstance(batch_size, bool) or not isinstance(batch_size, int | np.integer) \
-                or not 1 <= batch_size <= num_envs:
-            raise ValueError(f"batch_size must be an int with 1 <= batch_size <= num_envs="
-                             f"{num_envs}, got {batch_size!r}")
-        if batch_size < num_envs and engine != "serial":
-            raise ValueError(f"first-ready async (batch_size < num_envs) steps envs one at a "
-                             f"time: it needs engine='serial', not {engine!r}")
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
             if value is not None:
                 check_count(name, value)
         for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-            if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
-                raise ValueError(f"{name} must be a number >= 0, got {value!r}")
-        self.batch_size = int(batch_size)
+            check_number(name, value)
+        self.batch_size = batch_size
         self.engine = engine
         self.step_timeout = float(step_timeout)
         self.restart_failed = bool(restart_failed)
@@ -563,7 +290,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
                 actor_options["resources"] = dict(resources)
             if placement is not None:
                 actor_options["scheduling_strategy"] = placement
-            self._actor_cls = ray.remote(ShareRunner).options(**actor_options)
+            self._actor_cls = ray.remote(RayShareRunner).options(**actor_options)
             self._payloads = [
                 (native.env_id, native.env_kwargs, native.max_episode_steps)
                 if native is not None else envs[start:stop]
@@ -579,7 +306,6 @@ class RayVectorEnv(FirstReady, ShareFleet):
             raise
         self._refs: list[Any] = []  # the requests of the exchange under way
         self._init_shares(self._actors)
-        self._init_async()
 
     # --- start-up ----------------------------------------------------------------------------
 
@@ -607,7 +333,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
         arrays = layout.local()
         arrays["rewards"] = np.zeros(self.num_envs, hellos[0][3])
         self._bind(arrays)
-        self._outputs = _output_names(self.arrays)
+        self._outputs = output_names(self.arrays)
         self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
 
     @property
@@ -647,7 +373,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
         replies = []
         for a, ref in zip(actors, refs, strict=True):
             if ref not in ready_set:
-                what = f"did not answer within step_timeout={self.step_timeout:g} s"
+                what = self._silence()
                 if phase == "make":  # (or Ray could not place it)
                     free = ray.available_resources()
                     what += (f" (each actor asks {_amounts(self._asks)}; the cluster has "
@@ -760,17 +486,12 @@ class RayVectorEnv(FirstReady, ShareFleet):
                 **kwargs: Any) -> tuple[Any, ...]:
         """As ``ExecutorVectorEnv.call_at``; native envs (one kernel per actor) have no per-env
         attributes: only ``call("render")`` runs there."""
-        if self.engine == "numba" and (name != "render" or args or kwargs):
-            raise NotImplementedError(
-                f"call({name!r}): native envs on ray run as one kernel per actor, without "
-                f"per-env attributes; only call('render') is supported")
+        check_per_env(self.engine, name, args, kwargs)
         return super().call_at(env_indices, name, *args, **kwargs)
 
     def set_attr_at(self, env_indices: Any, name: str, values: Any) -> None:
         """As ``ExecutorVectorEnv.set_attr_at`` (not for native envs: no per-env attributes)."""
-        if self.engine == "numba":
-            raise NotImplementedError(f"set_attr({name!r}): native envs on ray have no per-env "
-                                      f"attributes")
+        check_per_env(self.engine, name, setting=True)
         super().set_attr_at(env_indices, name, values)
 
     def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
@@ -808,50 +529,32 @@ class RayVectorEnv(FirstReady, ShareFleet):
                 self._finalizer()
                 raise EnvWorkerError(self._broken)
 
-    # first-ready async: FirstReady's front end over the hooks below
+    # --- first-ready batches (``first_ready.FirstReady``'s transport hooks) ----------------
+
     def _drop_in_flight(self) -> None:
         for a in self._actors:
             a.ref, a.ids, a.queue = None, None, []
 
-    def _send_to_owners(self, ids: np.ndarray) -> None:
-        """Queue each owning actor's envs among ``ids``; an idle actor gets them at once."""
-        owners = self._owner[ids]
-        for index in np.unique(owners).tolist():
-            part = ids[owners == index]
-            a = self._actors[index]
-            self._in_flight[part] = True
-            for e in part.tolist():
-                self._ready.pop(e, None)
-                self._ready_infos.pop(e, None)
-            a.queue.append((part, {k: take_rows(self.arrays[k], part)
-                                   for k in self._action_names}))
-            if a.ref is None:
-                self._submit(a)
+    def _hand(self, a: Actor, ids: np.ndarray) -> None:
+        """Queue actor ``a``'s envs ``ids``; an idle actor gets them at once (one request in
+        flight per actor)."""
+        a.queue.append((ids, {k: take_rows(self.arrays[k], ids) for k in self._action_names}))
+        if a.ref is None:
+            self._submit(a)
 
     def _submit(self, a: Actor) -> None:
         """Send actor ``a`` everything queued for it, as one request."""
         parts, a.queue = a.queue, []
-        ids = np.concatenate([p for p, _ in parts])
-        actions = {k: np.concatenate([acts[k] for _, acts in parts])
-                   for k in self._action_names}
-        a.ids, a.heard = ids, time.monotonic()
-        a.ref = a.handle.step_some.remote(ids, actions)
+        a.ids = np.concatenate([p for p, _ in parts])
+        a.ref = a.handle.step_some.remote(a.ids, {
+            k: np.concatenate([acts[k] for _, acts in parts]) for k in self._action_names})
 
-    def _collect(self, count: int, phase: str) -> None:
-        """Wait until ``count`` more envs have reported (or a fault: raised)."""
+    def _take_reports(self, timeout: float, phase: str) -> int:
         import ray
 
-        while count > 0:
-            count -= self._check_hung(phase)
-            if count <= 0:
-                break
-            busy = {a.ref: a for a in self._actors if a.ref is not None}
-            remaining = min(a.heard for a in busy.values()) + self.step_timeout \
-                - time.monotonic()
-            ready, _ = ray.wait(list(busy), num_returns=1, timeout=max(remaining, 0.0),
-                                fetch_local=True)
-            for ref in ready:
-                count -= self._report(busy[ref], phase)
+        busy = {a.ref: a for a in self._actors if a.ref is not None}
+        ready, _ = ray.wait(list(busy), num_returns=1, timeout=timeout, fetch_local=True)
+        return sum(self._report(busy[ref], phase) for ref in ready)
 
     def _report(self, a: Actor, phase: str) -> int:
         """Take actor ``a``'s answer: its envs are ready; returns how many."""
@@ -866,7 +569,7 @@ class RayVectorEnv(FirstReady, ShareFleet):
             self._failed(a, f"died ({_death(error)})", phase)
             return self._async_lost()
         if reply[0] != "ok":
-            self._in_flight[ids] = False
+            self._arrived(ids.tolist(), ready=False)
             if a.queue:
                 self._submit(a)
             _raise_error(reply)
@@ -874,17 +577,9 @@ class RayVectorEnv(FirstReady, ShareFleet):
         for name in self._outputs:
             assign_rows(self.arrays[name], outputs[name], ids)
         self._arrived(ids.tolist(), reports)
-        a.heard = time.monotonic()
         if a.queue:
             self._submit(a)
         return len(ids)
-
-    def _busy_since(self, index: int) -> float | None:
-        a = self._actors[index]
-        return a.heard if a.ref is not None else None
-
-    def _share_lost(self, index: int) -> None:
-        """(An actor's request in flight is dropped when it is restarted.)"""
 
 
 def _death(error: BaseException) -> str:

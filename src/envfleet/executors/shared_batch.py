@@ -15,7 +15,6 @@ or never started; a lost worker is counted out of the batch (``_forget``).
 from __future__ import annotations
 
 import contextlib
-import select
 import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
@@ -71,7 +70,7 @@ class SharedBatch:
         self._info_names = shared.arrays["infonames"]
 
     def _started(self) -> None:
-        self._poller.register(self._done.fileno(), select.POLLIN | select.POLLHUP)
+        self._pipes.watch_done(self._done)
 
     def _buffers_of(self, w: Worker) -> tuple[BufferLayout, str | None, int]:
         return self._layout, self._buffers[0].name, w.start
@@ -160,36 +159,30 @@ class SharedBatch:
         one that failed, whether it was running an env or never started (stopped, stuck)."""
         replies = {w.index: protocol.OK for w in workers}
         said: set[int] = set()
-        done_fd = self._done.fileno()
         batch = int(self._sync[2])
         deadline = time.monotonic() + self.step_timeout
-        while True:
-            # lost workers were counted out: the others may all have finished already, and the
-            # last of them saw nothing left to wake the parent for
-            if self._lost and self._batch_complete():
-                break
-            remaining = deadline - time.monotonic()
-            events = self._poller.poll(remaining * 1000.0) if remaining > 0 else []
-            if not events:
-                for w in self._unfinished(workers):
-                    self._failed(w, f"did not answer within step_timeout="
-                                    f"{self.step_timeout:g} s", phase)
-                deadline = time.monotonic() + self.step_timeout
-                continue
-            finished = False
-            for fd, _ in events:
-                if fd == done_fd:
-                    # (a late wake-up of an earlier batch carries that batch's number)
-                    finished |= int.from_bytes(self._done.recv_bytes(), "little") == batch
-                elif not self._read_result(self._by_fd[fd], phase, replies, said):
+        finished = False
+        # lost workers were counted out: the others may all have finished already, and the
+        # last of them saw nothing left to wake the parent for
+        while not finished and not (self._lost and self._batch_complete()):
+            for w, message in self._poll(deadline - time.monotonic(), phase):
+                if w is None:  # (a late wake-up of an earlier batch carries its number)
+                    finished |= int.from_bytes(message, "little") == batch
+                elif message is not None and not self._took(w, message, replies, said):
+                    self._died(w, phase)  # (anything but its one result is its death)
                     break  # a worker was restarted (its fd may be reused): poll again
-            if finished:
-                break
+            if not finished and time.monotonic() >= deadline:
+                for w in self._unfinished(workers):
+                    self._failed(w, self._silence(), phase)
+                deadline = time.monotonic() + self.step_timeout
         # results were written before their workers counted themselves finished (and said so)
-        flags = self._finished
         for w in workers:
-            if flags[w.index] == protocol.FINISHED_SENT and w.index not in said:
-                self._read_result(w, phase, replies, said)
+            if self._finished[w.index] == protocol.FINISHED_SENT and w.index not in said \
+                    and w.index not in self._lost:
+                try:
+                    self._took(w, w.conn.recv_bytes(), replies, said)
+                except (EOFError, OSError):
+                    self._died(w, phase)
         for index in self._lost:
             replies[index] = protocol.LOST
         ordered = [replies[w.index] for w in workers]
@@ -221,18 +214,14 @@ class SharedBatch:
         finally:
             self._lock.release()
 
-    def _read_result(self, w: Worker, phase: str, replies: dict[int, bytes],
-                     said: set[int]) -> bool:
-        """Read ``w``'s one result of this batch; anything else on its pipe is its death
-        (False: ``w`` was restarted)."""
+    def _took(self, w: Worker, message: bytes, replies: dict[int, bytes],
+              said: set[int]) -> bool:
+        """Take ``message`` as ``w``'s one result of this batch (False: ``w`` owes none, or
+        sent it already)."""
         if w.index in self._lost:
             return True
-        if w.index in replies and w.index not in said:
-            try:
-                replies[w.index] = w.conn.recv_bytes()
-                said.add(w.index)
-                return True
-            except (EOFError, OSError):
-                pass
-        self._died(w, phase)
-        return False
+        if w.index not in replies or w.index in said:
+            return False
+        replies[w.index] = message
+        said.add(w.index)
+        return True

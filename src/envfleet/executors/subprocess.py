@@ -58,7 +58,8 @@ class PipeBatch:
 
 
 class SubprocessVectorEnv(PipeBatch, ProcessVectorEnv):
-    """``num_envs`` Gymnasium envs, each in its own process, talking through pipes."""
+    """``num_envs`` Gymnasium envs, each in its own process, talking through pipes; with
+    ``batch_size < num_envs``, first-ready ``send`` / ``recv`` as on the pool (the core's)."""
 
     backend = "subprocess"
 
@@ -66,7 +67,8 @@ class SubprocessVectorEnv(PipeBatch, ProcessVectorEnv):
                  autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
-                 start_method: str | None = None, restart_failed: bool = False) -> None:
+                 start_method: str | None = None, restart_failed: bool = False,
+                 batch_size: int | None = None) -> None:
         super().__init__(factories, len(factories), autoreset_mode=autoreset_mode, seed=seed,
                          copy=copy, step_timeout=step_timeout, start_method=start_method,
-                         restart_failed=restart_failed)
+                         restart_failed=restart_failed, batch_size=batch_size)

@@ -47,7 +47,6 @@ import select
 import signal
 import threading
 import time
-from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -60,7 +59,6 @@ from envfleet.executors.infos import (
     shared_infos,
     shared_tree,
     signature,
-    unlink_info_segments,
 )
 from envfleet.executors.shared_memory import BufferLayout, SharedBuffers
 
@@ -93,102 +91,32 @@ MAIN_REIMPORTED = 87
 OUTPUT_PREFIXES = ("obs", "rewards", "terminated", "truncated", "final_obs")
 
 
-# --- the parent's side: starting and stopping worker processes -----------------------------
+# --- the protocol's helpers for the parent ---------------------------------------------------
 
-#: how long a worker asked to close may take before it is killed
-CLOSE_GRACE = 1.0
-
-
-def default_start_method() -> str:
-    methods = multiprocessing.get_all_start_methods()
-    return "forkserver" if "forkserver" in methods else "spawn"
+#: the step command as ``Connection.send_bytes`` sends it (a 4-byte length, then the bytes)
+STEP_FRAME = len(STEP).to_bytes(4, "big", signed=True) + STEP
 
 
-#: what a worker's start-up failure means when it re-imported an unguarded main script
-UNGUARDED_MAIN = (
-    "envfleet's worker processes import your main script again, and its top-level code "
-    "builds worker processes itself: put the code that makes the env under\n"
-    '    if __name__ == "__main__":\n'
-    "(Python's multiprocessing needs this guard with the forkserver and spawn start methods; "
-    "see https://docs.python.org/3/library/multiprocessing.html#the-spawn-and-forkserver-"
-    "start-methods)")
+def exit_if_reimported() -> None:
+    """In a worker starting up whose import of the user's main script built an executor (no
+    ``if __name__ == "__main__":`` guard): exit quietly, the parent explains (one error
+    instead of one traceback per worker)."""
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        os._exit(MAIN_REIMPORTED)
 
 
-def pickle_factories(factories: list[Callable[[], Any]], start: int, stop: int) -> bytes:
-    """The factories of envs ``start .. stop - 1``, cloudpickled for their worker; a factory
-    that cannot be pickled is named (TypeError)."""
-    try:
-        return cloudpickle.dumps(factories[start:stop])
-    except Exception:
-        for i in range(start, stop):
-            try:
-                cloudpickle.dumps(factories[i])
-            except Exception as error:
-                raise TypeError(
-                    f"env {i}'s factory {factories[i]!r} cannot be sent to a worker process "
-                    f"({type(error).__name__}: {error}); factories must be picklable (with "
-                    f"cloudpickle): create unpicklable objects (locks, open files, "
-                    f"connections) inside the factory, not before") from error
-        raise
-
-
-def exit_text(code: int | None) -> str:
-    if code is not None and code < 0:
-        try:
-            return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
-    return f"exit code {code}"
-
-
-def stopped(pid: int | None) -> bool:
-    """Process ``pid`` is stopped (SIGSTOP, or traced); False when unknown."""
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] in ("T", "t")
-    except (OSError, IndexError):
-        return False
-
-
-def stop_workers(workers: list[Any], buffers: list[SharedBuffers],
-                 closers: list[Any] | None = None) -> None:
-    """Stop every worker (ask, then terminate, then kill), reap it, unlink every segment."""
-    for w in workers:
-        if stopped(w.process.pid):  # (SIGSTOP: it could neither close nor handle SIGTERM)
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, signal.SIGKILL)
-        with contextlib.suppress(OSError, ValueError):
-            w.conn.send_bytes(CLOSE)
-    deadline = time.monotonic() + CLOSE_GRACE
-    for w in workers:
-        w.process.join(max(deadline - time.monotonic(), 0.0))
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        alive = [w for w in workers if w.process.is_alive()]
-        for w in alive:
-            with contextlib.suppress(ProcessLookupError, TypeError):
-                os.kill(w.process.pid, sig)
-                if sig == signal.SIGTERM:  # a stopped process acts on SIGTERM once continued
-                    os.kill(w.process.pid, signal.SIGCONT)
-        for w in alive:
-            w.process.join(2.0)
-    for w in workers:
-        with contextlib.suppress(OSError):
-            w.conn.close()
-        with contextlib.suppress(ValueError):  # still running after SIGKILL + 2 s: the OS's
-            w.process.close()
-    if buffers and buffers[0].arrays is not None and "infonames" in buffers[0].arrays:
-        unlink_info_segments(buffers[0].arrays["infonames"])
-    for b in buffers:
-        b.close()
-        b.unlink()
-    for c in closers or ():
-        if hasattr(c, "close"):
-            with contextlib.suppress(OSError):
-                c.close()
-    workers.clear()
-    buffers.clear()
-    if closers:
-        closers.clear()
+def read_report(message: bytes) -> tuple[int, Any, Any, Any, tuple | None]:
+    """An async report (``DONE``, ``DONE_INFO`` or ``ERROR``) as (env, info, final info,
+    object-leaf values, failure tuple or None); info is None for ``DONE``."""
+    kind = message[:1]
+    if kind == DONE:
+        return int.from_bytes(message[1:9], "little", signed=True), None, None, None, None
+    if kind == DONE_INFO:
+        return (*pickle.loads(message[1:]), None)
+    if kind == ERROR:
+        failure = pickle.loads(message[1:])
+        return failure[0], None, None, None, failure
+    raise AssertionError(f"unexpected report {kind!r}")
 
 
 # --- the worker's side ----------------------------------------------------------------------
@@ -447,20 +375,16 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         share = slice(row0, row0 + len(envs))  # this worker's rows of the buffers
         outputs = _piped_outputs(arrays, layout.objects if shared is not None else list(arrays),
                                  share)
-        # a worker started again in place of a lost one: its envs are new (see fleet.py)
+        # a worker started again in place of a lost one: its envs are new and start under the
+        # autoreset rule (see fleet.py); reset now (SAME_STEP), their rows go to the parent
         count = len(envs)
-        if fresh and group.rule == RESET_NOW:
-            try:
-                given = group.start_fresh()
-                conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs,
-                                            given, first))
-            except EnvFailure as failure:
-                conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
-                return
-        else:
-            if fresh:
-                group.start_fresh()
-            conn.send_bytes(OK)
+        try:
+            given = group.start_fresh() if fresh else []
+        except EnvFailure as failure:
+            conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
+            return
+        conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs, given, first)
+                        if fresh and group.rule == RESET_NOW else OK)
         counter = arrays["sync"] if shared is not None else None
         finished = arrays["finished"] if shared is not None else None
         publisher = InfoPublisher(count, arrays["infostate"], arrays["infonames"], slot) \

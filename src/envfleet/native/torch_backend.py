@@ -25,10 +25,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from envfleet.contract import check_action_batch
+from envfleet.contract import PEND, RESET_NOW, begin_episodes, check_action_batch, on_episode_end
 from envfleet.native import tensor_math
 from envfleet.native.driver import (
     DISABLED,
+    MODE_CODES,
     NEXT_STEP,
     SAME_STEP,
     action_format,
@@ -37,6 +38,8 @@ from envfleet.native.driver import (
 from envfleet.native.spec import RNG, STATE, NativeEnvSpec, split_params
 
 _ALIGN = 64  # byte alignment of each buffer inside the arena
+#: the contract's one autoreset rule (``on_episode_end``) per driver mode code
+_RULES = {code: on_episode_end(mode) for mode, code in MODE_CODES.items()}
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:
@@ -107,6 +110,7 @@ class TorchEngine:
         self.device = resolve_device(device)
         self._host = self.device.type == "cpu"  # host memory: NumPy views, no syncs
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
+        self.rule = _RULES[mode]
         self.max_episode_steps = max_episode_steps
         split_params(spec, params, num_envs)  # checks each per-env array's shape
         self.params = params_to_device(params, self.device)
@@ -236,7 +240,7 @@ class TorchEngine:
             self._pending_rows, self._maybe_pending, self._broken = None, False, ""
         else:
             self._b.pending[rows] = False
-            if self.mode == NEXT_STEP and self._pending_rows is not None:
+            if self.rule == PEND and self._pending_rows is not None:
                 self._pending_rows = self._nonzero(self._b.pending)
                 if not len(self._pending_rows):
                     self._pending_rows = None
@@ -300,7 +304,8 @@ class TorchEngine:
 
         As ``driver.make_driver``'s ``begin`` + ``advance`` + ``finish``: the family steps the
         whole batch, then the envs that were pending are reset over it, with reward 0 and both
-        flags off; SAME_STEP keeps the ended envs' observations and resets them.
+        flags off; SAME_STEP keeps the ended envs' observations and resets them: the
+        contract's one rule (``on_episode_end``, ``begin_episodes``) over the whole batch.
         """
         b, xp, k = self._b, self._xp, self._args
         if self._host and not self._arrays:
@@ -309,20 +314,18 @@ class TorchEngine:
                              k.terminated)
         b.steps += 1
         xp.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
-        rows = self._pending_rows
-        if self.mode == NEXT_STEP and rows is not None:
+        rule, rows = self.rule, self._pending_rows
+        if rule == PEND and rows is not None:
             self._reset_rows(rows, None)
-            b.rewards[rows] = 0.0
-            b.terminated[rows] = False
-            b.truncated[rows] = False
+            begin_episodes(b.rewards, b.terminated, b.truncated, rows)
         done = xp.logical_or(b.terminated, b.truncated, out=b.done)
         rows = self._nonzero(done)  # one read back (a sync on a GPU)
         ended = len(rows)
-        if self.mode != SAME_STEP:
+        if rule != RESET_NOW:
             b.pending[...] = done
-        if self.mode == NEXT_STEP:
+        if rule == PEND:
             self._pending_rows = rows if ended else None
-        elif self.mode == SAME_STEP and ended:
+        elif rule == RESET_NOW and ended:
             self._finish(rows)
         return ended
 
