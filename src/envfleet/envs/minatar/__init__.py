@@ -2,8 +2,9 @@
 package's own ids): ``common`` holds what every game shares, one module per game holds its
 rules. ``SPECS`` lists their specs."""
 
-from envfleet.envs.minatar import breakout
+from envfleet.envs.minatar import breakout, freeway, space_invaders
 
-SPECS = (breakout.SPEC_V0, breakout.SPEC_V1)
+SPECS = (breakout.SPEC_V0, breakout.SPEC_V1, space_invaders.SPEC_V0, space_invaders.SPEC_V1,
+         freeway.SPEC_V0, freeway.SPEC_V1)
 
 __all__ = ["SPECS"]

@@ -153,9 +153,9 @@ def clear(i: int, obs: Any) -> None:
 @kernel_function
 def put(i: int, obs: Any, channels: int, y: int, x: int, c: int) -> None:
     """``state[y, x, c] = 1`` in env i's row (rows of ``SIZE * SIZE * channels``). ``int``:
-    under the CUDA simulator an int8 column's value is an int8 NumPy scalar, which would
-    overflow in the index arithmetic."""
-    obs[i, (int(y) * SIZE + int(x)) * channels + c] = True
+    under the CUDA simulator (and in ``GridRenderer``) an int8 column's value is an int8 NumPy
+    scalar, which would overflow in the index arithmetic."""
+    obs[i, (int(y) * SIZE + int(x)) * channels + int(c)] = True
 
 
 @kernel_function
@@ -261,7 +261,7 @@ class Game:
     act: Callable[..., tuple]
     observe: Callable[..., None]
     description: str
-    compile_seconds: float = 4.0
+    compile_seconds: float = 10.0
 
 
 def game_specs(game: Game) -> tuple[NativeEnvSpec, NativeEnvSpec]:
