@@ -174,3 +174,14 @@ def test_kernels_type_and_lower_for_a_real_gpu() -> None:
             spec = FAMILIES[env_id]
             lower_kernels(spec, spec.make_params(), (NEXT_STEP,))
     """)
+
+
+def test_bench_measures_the_reference_as_gym_sync() -> None:
+    """``envfleet bench --env MinAtar/...``: minatar's ids registered here and in each point's
+    worker, its SyncVectorEnv the gym-sync baseline."""
+    from envfleet.bench.runner import choose_backends, reference_imports
+
+    assert reference_imports("MinAtar/Breakout-v1") == ("envfleet.envs.minatar.reference",)
+    assert reference_imports("CartPole-v1") == ()
+    backends, _ = choose_backends(["numba", "gym-sync"], "MinAtar/Breakout-v1")
+    assert backends == ["numba", "gym-sync"]
