@@ -86,6 +86,8 @@ class Baseline:
         if self.requires and importlib.util.find_spec(self.requires) is None:
             extra = self.extra or "bench"
             return f"not installed: needs {self.requires} (pip install 'envfleet[{extra}]')"
+        if self.plays is None and reference_id not in gymnasium.registry:
+            return f"Gymnasium has no {reference_id} env here (is its package installed?)"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
             return f"Gymnasium has no NumPy vector env for {reference_id}"
         if self.name == "envpool" and reference_id not in envpool_ids():

@@ -20,6 +20,7 @@ NumPy work between steps, outside the clock: "<series> user"); then perft nodes/
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import sys
@@ -312,6 +313,7 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
     # ray on a native id steps the native kernel in its actors: no Python env per env
     native_ray = _native_name(env_id) is not None
     max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
+    imports = reference_imports(reference_id)
     points = []
     for n in num_envs:
         for label, backend, t, w in series:
@@ -327,7 +329,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
             if loops[label] != "tight":
                 options["loop"] = loops[label]
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
-                             num_envs=n, threads=t, seconds=args.seconds, options=options)
+                             num_envs=n, threads=t, seconds=args.seconds, options=options,
+                             imports=imports)
             skip = None
             baseline = BASELINES.get(backend)
             if (backend == "subprocess" or (baseline and baseline.process_per_env)) \
@@ -363,6 +366,24 @@ def study_name(env_id: str, backends: list[str], threads: list[int],
         kinds.append("workers-sweep")
     stem = env_id.replace("/", "_").replace(":", "_")
     return f"bench-{stem}-{'-'.join(kinds)}"
+
+
+def reference_imports(reference_id: str) -> tuple[str, ...]:
+    """The module that registers a namespaced reference id with Gymnasium (``MinAtar/...``:
+    minatar's ids, ``registry.NAMESPACE_MODULES``), imported here; each point's worker imports
+    it too (``PointSpec.imports``). () when there is none or it cannot be imported (the
+    baselines then say that Gymnasium has no such env)."""
+    from envfleet.registry import NAMESPACE_MODULES
+
+    namespace, slash, _ = reference_id.partition("/")
+    module = NAMESPACE_MODULES.get(namespace) if slash else None
+    if module is None:
+        return ()
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        return ()
+    return (module,)
 
 
 def default_baseline_max_envs(env_id: str) -> int:
@@ -470,6 +491,7 @@ def run(args: argparse.Namespace) -> int:
             env_id = reference_id = args.env
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
+    reference_imports(reference_id)  # MinAtar/...: minatar's ids, for the baselines
     backends, notes = choose_backends(args.backends, reference_id, native, native_missing)
     if not backends:
         raise CommandError("nothing to measure: no backend can run here")
