@@ -2,8 +2,8 @@
 package's own ids): ``common`` holds what every game shares, one module per game holds its
 rules. ``SPECS`` lists their specs."""
 
-from envfleet.envs.minatar import breakout
+from envfleet.envs.minatar import asterix, breakout
 
-SPECS = (breakout.SPEC_V0, breakout.SPEC_V1)
+SPECS = (breakout.SPEC_V0, breakout.SPEC_V1, asterix.SPEC_V0, asterix.SPEC_V1)
 
 __all__ = ["SPECS"]
