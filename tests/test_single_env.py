@@ -21,7 +21,8 @@ from tests.reference import balancing_actions
 RGB = {"render_mode": "rgb_array"}
 CHECK_KWARGS = {"CartPole-v1": RGB, "Acrobot-v1": RGB, "MountainCar-v0": RGB,
                 "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {},
-                **{f"MinAtar/{game}-v{v}": RGB for game in ("Breakout", "SpaceInvaders", "Freeway")
+                **{f"MinAtar/{game}-v{v}": RGB for game in ("Breakout", "SpaceInvaders", "Freeway",
+                                                            "Asterix")
                    for v in (0, 1)}}
 
 

@@ -24,7 +24,8 @@ counter (0) as its reset. The reference turns each uniform number into what it a
 ``rand``: ``u``; ``randint(low, high)``: ``low + int(u * (high - low))`` (``draw_int``). The
 transplant tests (``tests/minatar/harness.py``) feed the same numbers, in the same order, into
 the reference's ``random`` and compare every step. Draws per step: Breakout none (one in reset),
-SpaceInvaders none, Freeway 16 on a step that reaches the top (16 in reset).
+SpaceInvaders none, Freeway 16 on a step that reaches the top (16 in reset), Asterix up to 3 on
+a step that spawns (none in reset).
 
 Episodes end as the reference's: the game's terminal flag; the reference registers no time
 limit, so the specs' ``max_episode_steps`` is ``UNLIMITED_STEPS`` (no truncation; ``make``'s
