@@ -23,6 +23,8 @@ CHECK_KWARGS = {"CartPole-v1": RGB, "Acrobot-v1": RGB, "MountainCar-v0": RGB,
                 "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {},
                 **{f"MinAtar/{game}-v{v}": RGB for game in ("Breakout",) for v in (0, 1)}}
 
+CHECK_KWARGS.update({f"MinAtar/Seaquest-v{v}": RGB for v in (0, 1)})
+
 
 def test_every_native_family_is_covered():
     """Every family envfleet ships (users' and the bench's own registrations aside), with

@@ -40,6 +40,8 @@ def _actions(steps: int, num_envs: int) -> list[np.ndarray]:
 FRESH_FAMILIES = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
                   "MountainCarContinuous-v0", "MinAtar/Breakout-v0", "MinAtar/Breakout-v1")
 
+FRESH_FAMILIES += ("MinAtar/Seaquest-v0", "MinAtar/Seaquest-v1")
+
 
 def test_the_families_that_write_every_output() -> None:
     fresh = {i for i in envfleet.list_envs()

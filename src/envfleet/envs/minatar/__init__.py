@@ -2,8 +2,9 @@
 package's own ids): ``common`` holds what every game shares, one module per game holds its
 rules. ``SPECS`` lists their specs."""
 
-from envfleet.envs.minatar import breakout
+from envfleet.envs.minatar import breakout, seaquest
 
 SPECS = (breakout.SPEC_V0, breakout.SPEC_V1)
+SPECS += (seaquest.SPEC_V0, seaquest.SPEC_V1)
 
 __all__ = ["SPECS"]
