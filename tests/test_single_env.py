@@ -22,7 +22,7 @@ RGB = {"render_mode": "rgb_array"}
 CHECK_KWARGS = {"CartPole-v1": RGB, "Acrobot-v1": RGB, "MountainCar-v0": RGB,
                 "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {},
                 **{f"MinAtar/{game}-v{v}": RGB for game in ("Breakout", "SpaceInvaders", "Freeway",
-                                                            "Asterix")
+                                                            "Asterix", "Seaquest")
                    for v in (0, 1)}}
 
 

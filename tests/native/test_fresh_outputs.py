@@ -40,7 +40,7 @@ def _actions(steps: int, num_envs: int) -> list[np.ndarray]:
 FRESH_FAMILIES = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
                   "MountainCarContinuous-v0",
                   *(f"MinAtar/{game}-v{v}" for game in ("Breakout", "SpaceInvaders", "Freeway",
-                                                        "Asterix") for v in (1, 0)))
+                                                        "Asterix", "Seaquest") for v in (1, 0)))
 
 
 def test_the_families_that_write_every_output() -> None:

@@ -2,9 +2,10 @@
 package's own ids): ``common`` holds what every game shares, one module per game holds its
 rules. ``SPECS`` lists their specs."""
 
-from envfleet.envs.minatar import asterix, breakout, freeway, space_invaders
+from envfleet.envs.minatar import asterix, breakout, freeway, seaquest, space_invaders
 
 SPECS = (breakout.SPEC_V0, breakout.SPEC_V1, space_invaders.SPEC_V0, space_invaders.SPEC_V1,
-         freeway.SPEC_V0, freeway.SPEC_V1, asterix.SPEC_V0, asterix.SPEC_V1)
+         freeway.SPEC_V0, freeway.SPEC_V1, asterix.SPEC_V0, asterix.SPEC_V1,
+         seaquest.SPEC_V0, seaquest.SPEC_V1)
 
 __all__ = ["SPECS"]
