@@ -195,6 +195,37 @@ def test_defaults_native_id_unchanged_other_ids_get_executors():
     assert "ray" not in native + other and "envpool" not in other  # only when asked for
 
 
+def test_native_defaults_are_the_familys_backends(tmp_path, monkeypatch, capsys):
+    """A family without a torch form (MinAtar's games) is not measured on torch by default, as
+    CartPole is: the run would fail that series; asked for, torch is refused up front."""
+    import envfleet.registry
+    from envfleet.bench import runner
+
+    class Planned(Exception):
+        """Stops the run once the backends are chosen: nothing is measured."""
+
+    def planned(env_id, reference_id, backends, *args):
+        raise Planned(backends)
+
+    monkeypatch.setattr(runner, "plan", planned)
+    with pytest.raises(Planned) as chosen:
+        main(["bench", "--env", "MinAtar/Breakout-v1", "--num-envs", "1", "--out", str(tmp_path)])
+    assert "torch" not in chosen.value.args[0] and "numba" in chosen.value.args[0]
+    assert "gym-sync" in chosen.value.args[0]  # the reference's SyncVectorEnv, its baseline
+    spec = envfleet.registry.NATIVE_ENVS["MinAtar/Breakout-v1"]
+    _, notes = runner.choose_backends(None, spec.id, native=True, family=spec)
+    assert any(n.startswith("torch: MinAtar/Breakout-v1 has no 'torch' backend; its backends: "
+                            "numba, cuda") for n in notes), notes
+    if importlib.util.find_spec("torch") is not None:
+        with pytest.raises(Planned) as chosen:
+            main(["bench", "--env", "CartPole-v1", "--num-envs", "1", "--out", str(tmp_path)])
+        assert "torch" in chosen.value.args[0]  # a family with a torch form keeps it
+    assert main(["bench", "--env", "MinAtar/Breakout-v1", "--backends", "numba,torch",
+                 "--out", str(tmp_path)]) == 2
+    assert ("backend 'torch' cannot run here: MinAtar/Breakout-v1 has no 'torch' backend"
+            in capsys.readouterr().err)
+
+
 def test_comparisons_and_process_cap():
     import argparse
 

@@ -1,7 +1,8 @@
 """docs/NATIVE_ENVS.md's example runs as written: every ```python block, in order, as one script
 in a fresh interpreter (the CUDA simulator standing in for a GPU when none is visible), and it
 shows what the guide says: the same trajectories on numba, cuda and torch, Gymnasium's entry
-points, tables, the reference check and both kinds of error."""
+points, tables, the reference check, both kinds of error and the second example, MiniBreakout-v0
+(the same trajectories as MinAtar/Breakout-v1 and on cuda, and minatar's transplant check)."""
 
 from __future__ import annotations
 
@@ -47,5 +48,13 @@ def test_guide_example_runs_and_shows_what_it_claims(tmp_path):
     assert re.search(r"agrees with the reference on \d{3,} steps \([1-9]\d* goals\)", out), out
     assert ("Broken-v0: NativeEnvSpec.step_one is not decorated: decorate it (and every helper "
             "it calls) with @envfleet.kernel_function") in out
+    assert f"MiniBreakout-v0: ['numba'{cuda}]" in out
+    assert re.search(r"numba: [1-9]\d* bricks, [1-9]\d* episodes ended", out), out
+    assert "MinAtar/Breakout-v1: same trajectories as MiniBreakout-v0 on numba (200 steps)" in out
+    if cuda:
+        assert "cuda: same trajectories as MiniBreakout-v0 on numba (50 steps)" in out
+    if importlib.util.find_spec("minatar") is not None:
+        assert re.search(r"MiniBreakout-v0 agrees with minatar's Breakout on \d{4,} steps "
+                         r"\([1-9]\d* bricks\)", out), out
     assert ("Allocating-v0: numba could not compile the env's kernels for the 'numba' backend "
             "(at native_envs_guide.py:") in out

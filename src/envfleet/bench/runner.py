@@ -71,6 +71,7 @@ from envfleet.bench.report import (
 )
 from envfleet.bench.studies import STUDIES
 from envfleet.command import CommandError, check_output
+from envfleet.native.spec import NativeEnvSpec
 from envfleet.registry import _native_name  # make()'s lookup
 
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
@@ -213,7 +214,8 @@ def _default_threads() -> int:
 
 
 def choose_backends(requested: list[str] | None, reference_id: str, native: bool = True,
-                    native_missing: str | None = None) -> tuple[list[str], list[str]]:
+                    native_missing: str | None = None, family: NativeEnvSpec | None = None
+                    ) -> tuple[list[str], list[str]]:
     """(backends to measure, notes on those left out). Explicit requests must be runnable,
     but one whose package is not installed (ray, envpool, ...) is left out with its reason
     when others were asked for too.
@@ -221,9 +223,12 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     ``native``: the env id is a native one (native backends can run it; the default is its
     native backends and ``native_default(reference_id)``); else the default is the executors
     and every baseline that plays any id. ``native_missing``: why this envfleet cannot run the
-    native id yet (its peers still can).
+    native id yet (its peers still can). ``family``: the native id's spec; a native backend it
+    has no kernels for (MinAtar's games: torch) is left out of the default and refused when
+    asked for, as ``make`` would refuse it.
     """
     import envfleet
+    from envfleet.native.build import missing_backend
     from envfleet.registry import NATIVE_ENVS, backend_status
 
     def status(name: str) -> str | None:
@@ -234,6 +239,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
                     f"{reference_id!r} runs on the executors ({', '.join(EXECUTOR_BACKENDS)})")
         if name in NATIVE_BACKENDS and native_missing:
             return native_missing
+        if name in NATIVE_BACKENDS and family is not None and name not in family.backends:
+            return missing_backend(family, name)
         if name in EXECUTOR_BACKENDS and chess.is_chess(reference_id):
             return f"Gymnasium has no {reference_id} env for the executors to run"
         return backend_status(name)
@@ -268,6 +275,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     for b in default:
         if b in NATIVE_BACKENDS and native_missing:
             notes.append(f"{b}: {native_missing}")
+        elif b in NATIVE_BACKENDS and family is not None and b not in family.backends:
+            notes.append(f"{b}: {missing_backend(family, b)}")
         elif b in NATIVE_BACKENDS and b not in available:
             notes.append(f"{b}: {backend_status(b)}")
         elif b == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
@@ -477,6 +486,7 @@ def run(args: argparse.Namespace) -> int:
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
     native = _native_name(args.env) is not None
     native_missing = None
+    native_spec = None
     try:
         if native:
             native_spec = _native_spec(args.env)
@@ -492,7 +502,8 @@ def run(args: argparse.Namespace) -> int:
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
     reference_imports(reference_id)  # MinAtar/...: minatar's ids, for the baselines
-    backends, notes = choose_backends(args.backends, reference_id, native, native_missing)
+    backends, notes = choose_backends(args.backends, reference_id, native, native_missing,
+                                      family=native_spec)
     if not backends:
         raise CommandError("nothing to measure: no backend can run here")
     if args.num_workers and "pool" not in backends:

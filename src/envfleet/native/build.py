@@ -69,6 +69,16 @@ def _has(module: str) -> bool:
     return importlib.util.find_spec(module) is not None
 
 
+def missing_backend(spec: NativeEnvSpec, backend: str) -> str | None:
+    """Why family ``spec`` cannot run on native ``backend`` (it has no kernels for it), or None:
+    ``make``'s refusal, and the reason ``envfleet bench`` leaves that backend out."""
+    if backend in spec.backends:
+        return None
+    hint = (" (a family runs on torch when its spec gives reset_torch and step_torch)"
+            if backend == "torch" and spec.step_torch is None else "")
+    return f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}{hint}"
+
+
 def build_native(spec: NativeEnvSpec, num_envs: int, backend: str, *,
                  autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                  seed: int | None = None, copy: bool = True,
@@ -81,12 +91,9 @@ def build_native(spec: NativeEnvSpec, num_envs: int, backend: str, *,
     kernels now and explain a numba typing error (``KernelCompileError``), for users'
     families; envfleet's own compile on first use.
     """
-    if backend not in spec.backends:
-        hint = (" (a family runs on torch when its spec gives reset_torch and step_torch)"
-                if backend == "torch" and spec.step_torch is None else "")
-        raise BackendUnavailableError(
-            f"{spec.id} has no {backend!r} backend; its backends: {', '.join(spec.backends)}"
-            f"{hint}")
+    missing = missing_backend(spec, backend)
+    if missing is not None:
+        raise BackendUnavailableError(missing)
     mode = check_make_arguments(num_envs, autoreset_mode, seed, max_episode_steps)
     reason = native_backend_status(backend)
     if reason is not None:
