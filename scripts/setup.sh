@@ -12,3 +12,9 @@ python=${PYTHON:-python3}
 find_links=$(.venv/bin/python -m pip config get global.find-links 2>/dev/null || true)
 .venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python \
     ${find_links:+--find-links "$find_links"} "torch==2.13.0" -e ".[all]"
+# minatar (the MinAtar reference the native MinAtar/* families are tested and benchmarked
+# against) without its declared dependencies: its game logic needs only NumPy, and its
+# requirements would pull pandas, scipy, seaborn and matplotlib pins. --no-deps keeps them out;
+# minatar.gym imports seaborn inside try/except (only its rgb_array render needs it).
+.venv/bin/uv pip install --quiet --compile-bytecode --python .venv/bin/python \
+    ${find_links:+--find-links "$find_links"} --no-deps "minatar==1.0.15"

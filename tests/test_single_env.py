@@ -3,6 +3,7 @@ checked by Gymnasium's env checker and against the reference env (state transpla
 
 from __future__ import annotations
 
+import importlib
 import warnings
 
 import gymnasium as gym
@@ -12,14 +13,16 @@ from gymnasium.utils.env_checker import check_env
 
 import envfleet
 from envfleet.envs import FAMILIES
-from envfleet.registry import NativeEnv
+from envfleet.registry import NAMESPACE_MODULES, NativeEnv, gym_id
 from tests.reference import balancing_actions
 
 #: what each native id is made with to pass ``check_env``: its defaults, and rgb_array where
 #: the family renders (Chess-v0's single env plays random unmasked actions by its own default)
 RGB = {"render_mode": "rgb_array"}
 CHECK_KWARGS = {"CartPole-v1": RGB, "Acrobot-v1": RGB, "MountainCar-v0": RGB,
-                "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {}}
+                "Pendulum-v1": RGB, "MountainCarContinuous-v0": RGB, "Chess-v0": {},
+                **{f"MinAtar/{game}-v{v}": RGB for game in ("Breakout", "SpaceInvaders", "Freeway")
+                   for v in (0, 1)}}
 
 
 def test_every_native_family_is_covered():
@@ -32,7 +35,7 @@ def test_every_native_family_is_covered():
 
 @pytest.mark.parametrize("env_id", sorted(CHECK_KWARGS))
 def test_gymnasium_make_passes_the_env_checker(env_id):
-    env = gym.make(f"envfleet/{env_id}", **CHECK_KWARGS[env_id])
+    env = gym.make(gym_id(env_id), **CHECK_KWARGS[env_id])
     assert isinstance(env.unwrapped, NativeEnv)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message=".*infinity.*")  # CartPole's own Box bounds
@@ -40,7 +43,10 @@ def test_gymnasium_make_passes_the_env_checker(env_id):
     if CHECK_KWARGS[env_id]:
         env.reset(seed=0)
         frame = env.render()
-        assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
+        if env_id.startswith("MinAtar/"):  # the reference's rgb_array: float colours, 10 x 10
+            assert frame.dtype == np.float64 and frame.shape == (10, 10, 3)
+        else:
+            assert frame.dtype == np.uint8 and frame.ndim == 3 and frame.shape[2] == 3
     env.close()
 
 
@@ -48,15 +54,18 @@ def test_gymnasium_make_passes_the_env_checker(env_id):
 def test_gymnasium_spec_has_the_reference_ids_solved_bar_and_limit(env_id):
     """``gymnasium.spec("envfleet/<id>")`` carries the reference id's ``reward_threshold`` (what
     Tianshou and rl-zoo call solved) and ``max_episode_steps``; Chess-v0 has no reference."""
-    spec = gym.spec(f"envfleet/{env_id}")
+    spec = gym.spec(gym_id(env_id))
     reference_id = FAMILIES[env_id].reference_id
+    if reference_id.startswith("MinAtar/"):  # minatar.gym's ids, registered when asked
+        pytest.importorskip("minatar")
+        importlib.import_module(NAMESPACE_MODULES["MinAtar"])
     if not reference_id:
         assert spec.reward_threshold is None and spec.max_episode_steps is None  # max_plies
         return
     reference = gym.spec(reference_id)
     assert spec.reward_threshold == reference.reward_threshold
     assert spec.max_episode_steps == reference.max_episode_steps
-    assert gym.make(f"envfleet/{env_id}").spec.reward_threshold == reference.reward_threshold
+    assert gym.make(gym_id(env_id)).spec.reward_threshold == reference.reward_threshold
 
 
 def test_chess_single_env_illegal_move_loses_as_in_pettingzoo():

@@ -30,7 +30,12 @@ from envfleet.contract import check_make_arguments
 from envfleet.envs import FAMILIES, NATIVE_ENVS
 from envfleet.memory import check_executor_memory
 from envfleet.native.build import build_native, native_backend_status
-from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, check_spec
+from envfleet.native.spec import (
+    UNLIMITED_STEPS,
+    NativeEnvSpec,
+    check_per_env_kwargs,
+    check_spec,
+)
 
 GYM_NAMESPACE = "envfleet"
 
@@ -66,10 +71,22 @@ def list_envs() -> dict[str, list[str]]:
             for env_id, spec in NATIVE_ENVS.items()}
 
 
+def gym_id(env_id: str) -> str:
+    """The Gymnasium id of native family ``env_id``: ``envfleet/<id>``, with a namespace's
+    ``/`` as ``-`` (Gymnasium's ids have one namespace): ``MinAtar/Breakout-v1`` is
+    ``envfleet/MinAtar-Breakout-v1``."""
+    return f"{GYM_NAMESPACE}/{env_id.replace('/', '-')}"
+
+
 def _native_name(env_id: str) -> str | None:
-    """The native family of ``env_id`` (``CartPole-v1`` or ``envfleet/CartPole-v1``), or None."""
+    """The native family of ``env_id`` (``CartPole-v1`` or ``envfleet/CartPole-v1``;
+    ``MinAtar/Breakout-v1`` or ``envfleet/MinAtar-Breakout-v1``), or None."""
     name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
-    return name if name in NATIVE_ENVS else None
+    if name in NATIVE_ENVS:
+        return name
+    if name != env_id:  # the Gymnasium form of a namespaced id
+        return next((i for i in NATIVE_ENVS if "/" in i and gym_id(i) == env_id), None)
+    return None
 
 
 def _native_spec(env_id: str) -> NativeEnvSpec:
@@ -96,8 +113,9 @@ def _unknown_env(env_id: str) -> UnknownEnvError:
 
 
 #: the module that registers a namespace's ids when imported (Gymnasium 1.x no longer imports
-#: plugins: ``gymnasium.make("ALE/...")`` needs ``import ale_py`` first)
-NAMESPACE_MODULES = {"ALE": "ale_py"}
+#: plugins: ``gymnasium.make("ALE/...")`` needs ``import ale_py`` first; ``minatar.gym`` only
+#: registers when asked, which ``envs/minatar/reference.py`` does)
+NAMESPACE_MODULES = {"ALE": "ale_py", "MinAtar": "envfleet.envs.minatar.reference"}
 
 
 def _gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
@@ -240,13 +258,16 @@ def _time_limited(factory: Callable[[], gymnasium.Env], max_episode_steps: int) 
 
 
 #: the native episode limit of a single env whose limit is Gymnasium's ``TimeLimit`` (never hit)
-_NO_LIMIT = 2**62
+_NO_LIMIT = UNLIMITED_STEPS
 
 
 def _gym_time_limit(spec: NativeEnvSpec) -> int | None:
     """The ``max_episode_steps`` registered with Gymnasium for ``spec``: None for a family whose
-    limit depends on its params (Chess-v0's ``max_plies``), which then truncates on its own."""
-    return None if spec.default_max_steps is not None else spec.max_episode_steps
+    limit depends on its params (Chess-v0's ``max_plies``), which then truncates on its own,
+    and for one without a limit (``UNLIMITED_STEPS``: MinAtar's games)."""
+    if spec.default_max_steps is not None or spec.max_episode_steps >= UNLIMITED_STEPS:
+        return None
+    return spec.max_episode_steps
 
 
 class NativeEnv(gymnasium.Env):
@@ -310,7 +331,7 @@ def register_with_gymnasium() -> None:
     """Register ``envfleet/<id>`` for each native env: ``gymnasium.make`` builds a ``NativeEnv``,
     ``gymnasium.make_vec`` (``vector_entry_point``) the native vector env."""
     for env_id, spec in NATIVE_ENVS.items():
-        if f"{GYM_NAMESPACE}/{env_id}" not in gymnasium.registry:
+        if gym_id(env_id) not in gymnasium.registry:
             _register_gym(spec)
 
 
@@ -320,7 +341,7 @@ def _register_gym(spec: NativeEnvSpec) -> None:
     envfleet's families, the reference id's: a test keeps them equal)."""
     reference = gymnasium.registry.get(spec.reference_id) if spec.reference_id else None
     gymnasium.register(
-        id=f"{GYM_NAMESPACE}/{spec.id}",
+        id=gym_id(spec.id),
         entry_point=functools.partial(NativeEnv, spec.id),
         vector_entry_point=functools.partial(make, spec.id),
         max_episode_steps=_gym_time_limit(spec),
@@ -357,7 +378,7 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False,
     if env_id in NATIVE_ENVS and not replace:
         raise ValueError(f"{env_id} is already registered; pass replace=True to replace it, or "
                          f"call unregister_native_env({env_id!r}) first")
-    full_id = f"{GYM_NAMESPACE}/{env_id}"
+    full_id = gym_id(env_id)
     if full_id in gymnasium.registry and env_id not in NATIVE_ENVS:
         raise ValueError(f"{full_id} is already registered with Gymnasium by someone else")
     NATIVE_ENVS[env_id] = spec
@@ -374,10 +395,10 @@ def _entry_point_name(gym_spec: gymnasium.envs.registration.EnvSpec) -> str:
 def unregister_native_env(env_id: str) -> None:
     """Remove a family added by ``register_native_env`` (and its ``envfleet/<id>`` Gymnasium
     entry), e.g. at the end of a test."""
-    name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
+    name = _native_name(env_id) or env_id.removeprefix(f"{GYM_NAMESPACE}/")
     if name in FAMILIES:
         raise ValueError(f"{name} is one of envfleet's own envs and cannot be unregistered")
     if name not in NATIVE_ENVS:
         raise UnknownEnvError(f"{env_id!r} is not a registered native env")
     del NATIVE_ENVS[name]
-    gymnasium.registry.pop(f"{GYM_NAMESPACE}/{name}", None)
+    gymnasium.registry.pop(gym_id(name), None)

@@ -38,7 +38,9 @@ def _actions(steps: int, num_envs: int) -> list[np.ndarray]:
 #: the families that declare ``writes_every_output`` (Chess-v0 must not: a finished game's
 #: step returns early without rewriting its row)
 FRESH_FAMILIES = ("CartPole-v1", "Acrobot-v1", "Pendulum-v1", "MountainCar-v0",
-                  "MountainCarContinuous-v0")
+                  "MountainCarContinuous-v0", "MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1",
+                  "MinAtar/Freeway-v1", "MinAtar/Breakout-v0", "MinAtar/SpaceInvaders-v0",
+                  "MinAtar/Freeway-v0")
 
 
 def test_the_families_that_write_every_output() -> None:

@@ -12,11 +12,12 @@ from envfleet.envs import (
     pendulum,
 )
 from envfleet.envs.chess import env as chess
+from envfleet.envs.minatar import SPECS as MINATAR
 from envfleet.native.spec import NativeEnvSpec
 
 FAMILIES: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (
     cartpole.SPEC, acrobot.SPEC, mountain_car.SPEC, pendulum.SPEC, mountain_car_continuous.SPEC,
-    chess.SPEC)}
+    chess.SPEC, *MINATAR)}
 
 #: every native family by id: envfleet's own (``FAMILIES``), then users' (register_native_env)
 NATIVE_ENVS: dict[str, NativeEnvSpec] = dict(FAMILIES)

@@ -301,8 +301,13 @@ class InvalidSpecError(ValueError):
 
 #: the native backends a family may list
 NATIVE_BACKEND_NAMES = tuple(NATIVE_BACKENDS)
-#: the env id pattern: Gymnasium's "Name-vN" (envfleet adds the ``envfleet/`` namespace)
-ID_PATTERN = re.compile(r"^[\w.-]+?-v(\d+)$")
+#: the env id pattern: Gymnasium's "Name-vN" (envfleet adds the ``envfleet/`` namespace), or
+#: "MinAtar/Name-vN", the namespace of the ``minatar`` package's own ids (the MinAtar families
+#: keep them; Gymnasium gets them as ``envfleet/MinAtar-Name-vN``: ``registry.gym_id``)
+ID_PATTERN = re.compile(r"^(?:MinAtar/)?[\w.-]+?-v(\d+)$")
+#: ``max_episode_steps`` of a family whose reference has no episode limit (MinAtar's games):
+#: never reached, and registered with Gymnasium as no limit
+UNLIMITED_STEPS = 2**62
 #: each kernel's arguments, in order
 KERNEL_ARGUMENTS = {
     "reset_one": ("i", "state", "params", "rng", "obs"),

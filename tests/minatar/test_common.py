@@ -1,0 +1,176 @@
+"""What every MinAtar family shares: ids and their Gymnasium form, params, sticky actions'
+``last_action``, refused actions, the reference's rgb_array colours, the cuda backend."""
+
+from __future__ import annotations
+
+import types
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+import envfleet
+from envfleet.envs import FAMILIES
+from envfleet.envs.minatar.common import cubehelix_palette
+from envfleet.registry import backend_status, gym_id
+from tests.cuda_helpers import assert_kernels_lower, assert_same, only_under_simulator
+from tests.minatar.test_breakout import to_reference
+from tests.reference import as_numpy
+
+MINATAR_IDS = sorted(i for i in FAMILIES if i.startswith("MinAtar/"))
+
+
+def test_ids_are_the_references_and_gymnasium_gets_a_dashed_form() -> None:
+    assert {"MinAtar/Breakout-v0", "MinAtar/Breakout-v1"} <= set(MINATAR_IDS)
+    assert gym_id("MinAtar/Breakout-v1") == "envfleet/MinAtar-Breakout-v1"
+    for env_id in ("MinAtar/Breakout-v1", "envfleet/MinAtar-Breakout-v1"):
+        env = envfleet.make(env_id, 2, seed=0)
+        assert env.native_spec.id == "MinAtar/Breakout-v1"
+        assert env.single_observation_space == gym.spaces.Box(0.0, 1.0, (10, 10, 4), bool)
+        assert env.single_action_space == gym.spaces.Discrete(3)
+        env.close()
+    assert envfleet.make("MinAtar/Breakout-v0", 1).single_action_space.n == 6
+    spec = gym.spec("envfleet/MinAtar-Breakout-v1")
+    assert spec.max_episode_steps is None  # as the reference's registration: no time limit
+    single = gym.make("envfleet/MinAtar-Breakout-v1", sticky_action_prob=0.0)
+    obs, _ = single.reset(seed=3)
+    assert obs.shape == (10, 10, 4) and obs.dtype == bool
+    single.close()
+    vec = gym.make_vec("envfleet/MinAtar-Breakout-v1", num_envs=3,
+                       vectorization_mode="vector_entry_point")
+    assert vec.reset(seed=0)[0].shape == (3, 10, 10, 4)
+    vec.close()
+    with pytest.raises(envfleet.registry.UnknownEnvError):
+        envfleet.make("MinAtar-Breakout-v1", 1, backend="numba")
+
+
+def test_the_executors_run_the_reference_under_the_same_id() -> None:
+    """``make("MinAtar/Breakout-v1", n, backend="serial")`` is minatar.gym's own env."""
+    env = envfleet.make("MinAtar/Breakout-v1", 2, backend="serial", seed=0)
+    obs, _ = env.reset()
+    assert obs.shape == (2, 10, 10, 4) and env.single_action_space.n == 3
+    assert type(env.envs[0].unwrapped).__module__ == "minatar.gym"
+    env.close()
+
+
+def test_params_are_the_references_options_checked_by_name() -> None:
+    params = FAMILIES["MinAtar/Breakout-v1"].make_params()
+    assert (params.sticky_action_prob, params.difficulty_ramping) == (0.1, True)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'sticky'"):
+        envfleet.make("MinAtar/Breakout-v1", 1, sticky=0.2)
+    with pytest.raises(ValueError, match=r"sticky_action_prob must be a probability in \[0, 1\]"):
+        envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=1.5)
+    with pytest.raises(TypeError, match="difficulty_ramping must be True or False"):
+        envfleet.make("MinAtar/Breakout-v1", 1, difficulty_ramping="yes")
+
+
+def test_bad_actions_are_refused_naming_the_env_and_nothing_moves() -> None:
+    env = envfleet.make("MinAtar/Breakout-v1", 3, seed=0)
+    env.reset()
+    before = [as_numpy(c).copy() for c in env.state]
+    for actions, message in ((np.array([0, 3, 1]), "env 1: 3 is not in Discrete"),
+                             (np.array([0, -1, 1]), "env 1: -1 is not in Discrete"),
+                             (np.array([0, 1]), r"must have shape \(3,\)"),
+                             (np.array([0.0, 1.0, 1.0]), "must be integers")):
+        with pytest.raises(ValueError, match=message):
+            env.step(actions)
+        assert all(np.array_equal(a, as_numpy(b)) for a, b in zip(before, env.state, strict=True))
+    env.close()
+
+
+def test_last_action_survives_resets_as_in_the_reference() -> None:
+    """``minatar.Environment.reset`` leaves ``last_action`` alone; so does ours."""
+    env = envfleet.make("MinAtar/Breakout-v0", 2, seed=0, sticky_action_prob=0.0)
+    env.reset()
+    env.step(np.array([3, 5]))
+    env.reset(seed=1)
+    assert as_numpy(env.state.last_action).tolist() == [3, 5]
+    env.close()
+
+
+def test_palette_is_seaborns_cubehelix_with_black_first() -> None:
+    """seaborn's ``color_palette("cubehelix", n)`` is its ``mpl_palette``: matplotlib's
+    colormap sampled at ``linspace(0, 1, n + 2)[1:-1]``; bit for bit."""
+    matplotlib = pytest.importorskip("matplotlib")
+    cmap = matplotlib.colormaps["cubehelix"]
+    for n in range(1, 11):
+        expected = cmap(np.linspace(0, 1, n + 2)[1:-1])[:, :3]
+        palette = cubehelix_palette(n)
+        assert palette.shape == (n + 1, 3) and palette.dtype == np.float64
+        assert np.array_equal(palette[0], [0, 0, 0])
+        assert np.array_equal(palette[1:], expected), n
+
+
+def test_render_is_the_references_rgb_array() -> None:
+    """Frames are ``minatar.gym.BaseEnv.render()``'s for the same state (seaborn stood in by
+    its formula on matplotlib: it is not installed)."""
+    matplotlib = pytest.importorskip("matplotlib")
+    import minatar.gym
+
+    def color_palette(name: str, n: int) -> list:
+        assert name == "cubehelix"
+        return list(map(tuple, matplotlib.colormaps[name](np.linspace(0, 1, n + 2)[1:-1])[:, :3]))
+
+    env = envfleet.make("MinAtar/Breakout-v1", 3, seed=0)
+    env.reset()
+    for _ in range(12):
+        env.step(np.array([1, 2, 0]))
+    frames = env.render()
+    assert env.render_mode == "rgb_array" and len(frames) == 3
+    reference = minatar.gym.BaseEnv("breakout", render_mode="rgb_array")
+    saved = getattr(minatar.gym, "sns", None)
+    minatar.gym.sns = types.SimpleNamespace(color_palette=color_palette)
+    try:
+        for i, frame in enumerate(frames):
+            row = {name: as_numpy(c)[i] for name, c in zip(env.state._fields, env.state,
+                                                           strict=True)}
+            to_reference(reference.game.env, row)
+            expected = reference.render()
+            assert frame.shape == (10, 10, 3) and frame.dtype == expected.dtype
+            assert np.array_equal(frame, expected), i
+    finally:
+        if saved is None:
+            del minatar.gym.sns
+        else:
+            minatar.gym.sns = saved
+    env.close()
+
+
+_CUDA = backend_status("cuda")
+
+
+#: the v1 ids in the default suite (v0 differs in the action set only: slow)
+CUDA_IDS = [pytest.param(i, marks=pytest.mark.slow) if i.endswith("-v0") else i
+            for i in MINATAR_IDS]
+
+
+@pytest.mark.skipif(_CUDA is not None, reason=f"cuda backend unavailable ({_CUDA})")
+@pytest.mark.parametrize("env_id", CUDA_IDS)
+def test_cuda_plays_numbas_trajectories(env_id: str) -> None:
+    """Small: the simulator runs each CUDA thread as a Python thread."""
+    n, steps = 3, 10
+    common = dict(seed=5, autoreset_mode="SameStep", sticky_action_prob=0.3)
+    cenv = envfleet.make(env_id, n, backend="cuda", threads_per_block=32, **common)
+    nenv = envfleet.make(env_id, n, backend="numba", **common)
+    assert_same(cenv.reset()[0], nenv.reset()[0], "reset obs")
+    rng = np.random.default_rng(0)
+    for t in range(steps):
+        actions = rng.integers(0, nenv.single_action_space.n, n)
+        out_c, out_n = cenv.step(actions), nenv.step(actions)
+        for what, c, r in zip(("obs", "reward", "terminated", "truncated"), out_c, out_n,
+                              strict=False):
+            assert_same(c, r, f"{what} at step {t}")
+        for name, c, r in zip(nenv.state._fields, cenv.state, nenv.state, strict=True):
+            assert_same(c, r, f"state.{name} at step {t}")
+    cenv.close()
+    nenv.close()
+
+
+@only_under_simulator
+def test_kernels_type_and_lower_for_a_real_gpu() -> None:
+    assert_kernels_lower(f"""
+        from envfleet.envs import FAMILIES
+        for env_id in {[i for i in MINATAR_IDS if i.endswith("-v1")]!r}:
+            spec = FAMILIES[env_id]
+            lower_kernels(spec, spec.make_params(), (NEXT_STEP,))
+    """)
