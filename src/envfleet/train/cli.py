@@ -820,7 +820,6 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
     """Play one episode on env 0 (greedy unless ``--sample``), writing each frame to
     ``options.video`` as it is drawn; (steps, return)."""
     import imageio.v2 as imageio
-    import numpy as np
     import torch
 
     import envfleet
@@ -844,7 +843,7 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
     try:
         obs, info = env.reset(seed=options.seed)
         torch_actions = isinstance(obs, torch.Tensor)
-        writer.append_data(np.asarray(env.render()[0]))
+        writer.append_data(video_frame(env.render()[0]))
         with torch.inference_mode():
             while True:
                 x = agent.features(as_tensor(obs, device))
@@ -854,13 +853,33 @@ def record_episode(options: argparse.Namespace, agent: Any, env_kwargs: dict[str
                     env_actions(action, bounds, torch_actions))
                 steps += 1
                 total += float(reward[0])
-                writer.append_data(np.asarray(env.render()[0]))  # NEXT_STEP: the final state
+                writer.append_data(video_frame(env.render()[0]))  # NEXT_STEP: the final state
                 if bool(terminated[0]) or bool(truncated[0]):
                     break
     finally:
         writer.close()
         env.close()
     return steps, total
+
+
+#: a video frame's shortest side at least (smaller frames are scaled up, whole cells)
+MIN_VIDEO_SIDE = 160
+
+
+def video_frame(frame: Any) -> Any:
+    """An ``rgb_array`` frame as a video takes it: uint8 (floats in [0, 1], as MinAtar's
+    reference colours are, times 255), and a small one (MinAtar's 10 x 10 grid) scaled up by a
+    whole factor, each cell a block of pixels, to ``MIN_VIDEO_SIDE`` or more."""
+    import numpy as np
+
+    frame = np.asarray(frame)
+    if np.issubdtype(frame.dtype, np.floating):
+        frame = np.rint(np.clip(frame, 0.0, 1.0) * 255)
+    frame = frame.astype(np.uint8, copy=False)
+    scale = -(-MIN_VIDEO_SIDE // min(frame.shape[:2]))  # ceil
+    if scale > 1:
+        frame = frame.repeat(scale, axis=0).repeat(scale, axis=1)
+    return frame
 
 
 def outcomes(returns: Any) -> dict[str, float]:
