@@ -4,8 +4,11 @@ colours, and (slow) Breakout trained to the paper's best baseline."""
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import math
+import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -71,6 +74,39 @@ def test_video_frame_leaves_large_uint8_frames_alone():
     frame = np.arange(400 * 600 * 3, dtype=np.uint8).reshape(400, 600, 3)
     assert np.array_equal(video_frame(frame), frame)
     assert video_frame(np.ones((10, 20, 3))).shape == (160, 320, 3)
+
+
+def test_the_races_sb3_ppo_has_envfleets_settings_on_the_reference_env(monkeypatch):
+    """scripts/bench_train.py's ``sb3`` contender: SB3 PPO with the preset, one for one."""
+    pytest.importorskip("stable_baselines3")
+    pytest.importorskip("minatar")
+    from stable_baselines3.common.env_util import make_vec_env
+
+    import envfleet.envs.minatar.reference  # noqa: F401 (registers MinAtar/<Game>-vN)
+
+    path = Path(__file__).parents[2] / "scripts" / "bench_train.py"
+    spec = importlib.util.spec_from_file_location("bench_train", path)
+    bench = importlib.util.module_from_spec(spec)
+    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclass looks itself up there
+    spec.loader.exec_module(bench)
+    for env_id in GAMES:
+        p = preset(env_id)
+        race = bench.BENCHES[env_id]
+        assert (race.target, race.eval_every, race.zoo_timesteps) == (
+            p["target_return"], p["eval_every"], p["total_steps"])
+        venv = make_vec_env(env_id, n_envs=bench.ZOO_NUM_ENVS[env_id], seed=1)
+        model = bench.same_ppo(env_id, venv, 1)
+        assert type(venv.envs[0].unwrapped).__module__ == "minatar.gym"  # the reference
+        assert (venv.num_envs, model.n_steps, model.batch_size, model.n_epochs, model.gamma,
+                model.gae_lambda, model.ent_coef, model.vf_coef, model.max_grad_norm) == (
+            p["num_envs"], p["num_steps"], p["num_envs"] * p["num_steps"] // p["num_minibatches"],
+            p["update_epochs"], p["gamma"], p["gae_lambda"], p["ent_coef"], 0.25, 0.5)
+        assert model.learning_rate(1.0) == p["learning_rate"] and model.learning_rate(0.5) == (
+            p["learning_rate"] / 2)  # annealed linearly, as envfleet's
+        layers = [m for m in model.policy.mlp_extractor.policy_net if hasattr(m, "weight")]
+        planes = int(np.prod(venv.observation_space.shape))  # 10 x 10 x C, flattened
+        assert [tuple(m.weight.shape) for m in layers] == [(64, planes), (64, 64)]
+        venv.close()
 
 
 @pytest.mark.slow
