@@ -4,11 +4,14 @@
     .venv/bin/python scripts/bench_train.py [--env CartPole-v1] [--seeds 1,2,3,4,5]
                                             [--sweep 8,32,128,512] [--out docs/bench]
     .venv/bin/python scripts/bench_train.py --env Acrobot-v1      # 5 seeds, ~10 min here
+    .venv/bin/python scripts/bench_train.py --env MinAtar/Breakout-v1
 
-Envs (``BENCHES``): CartPole-v1 (target 475, evaluated every 1024 steps) and Acrobot-v1
-(target -100, evaluated every 4096 steps: one rollout of zoo's 16 x 256). Contenders, seeds
-outermost and contenders alternating within a seed (a burst of other work hits them alike),
-each run in a fresh process (no shared JIT, thread pools or warm caches):
+Envs (``BENCHES``): CartPole-v1 (target 475, evaluated every 1024 steps), Acrobot-v1
+(target -100, evaluated every 4096 steps: one rollout of zoo's 16 x 256), and MinAtar's
+Breakout-v1 and SpaceInvaders-v1 (targets: the MinAtar paper's best baseline, evaluated every
+``MINATAR_EVAL_EVERY`` steps; see ``MINATAR_TARGETS``). Contenders, seeds outermost and
+contenders alternating within a seed (a burst of other work hits them alike), each run in a
+fresh process (no shared JIT, thread pools or warm caches):
 
 - ``envfleet``: ``envfleet train ENV`` with its preset (numba backend). Time = wall clock from
   the start of training until a greedy 100-episode evaluation (on a batched 100-env envfleet
@@ -25,6 +28,15 @@ each run in a fresh process (no shared JIT, thread pools or warm caches):
   with the training statistics), seeded alike each time, stopped once the target is out of
   reach; time = training time **excluding** those evaluations (reported apart, ``eval_s``).
   Model construction is excluded too.
+- ``sb3`` (MinAtar; rl-zoo has no MinAtar settings): SB3 PPO with envfleet's preset for the
+  game, setting for setting (``same_ppo``: 64 envs x 128 steps, 1024-sample minibatches x 4
+  epochs, lr 5e-3 annealed linearly, gamma 0.99, lambda 0.95, clip 0.2, ent_coef 0.01, the
+  value loss weighted alike (SB3's vf_coef 0.25: its loss is the mean squared error, envfleet's
+  half of it), separate 64-64 ReLU actor and critic MLPs on the flattened planes, orthogonal
+  init with the same gains, Adam eps 1e-5, advantages normalised per minibatch) on the reference env
+  (``minatar.gym.BaseEnv``: ``MinAtar/<Game>-v1``, the ``minatar`` package's Gymnasium id, in
+  a DummyVecEnv), measured as ``sb3-zoo`` is (its evaluations: 100 greedy episodes on 100
+  reference envs).
 - ``sb3-zoo-facade``: the same SB3 PPO on envfleet's SB3 facade
   (``envfleet.sb3.to_sb3(ENV, n, backend="numba")``), measured the same way (its JIT compile
   happens before training: one reset and step, reported in ``compile_s``).
@@ -63,10 +75,22 @@ class Bench:
     time_limit: float  # seconds of training per run before giving up
 
 
+#: the MinAtar paper's best baseline at 5M frames (Young & Tian 2019, arXiv:1903.03176, the
+#: step-size sensitivity figure, "average return over final 100 episodes", as the MinAtar
+#: README's img/sensitivity_curves.gif shows it): AC(lambda=0.8) Breakout ~17, Space
+#: Invaders ~180 (DQN: ~10 and ~45). Read off the plot (the paper lists no numbers).
+MINATAR_TARGETS = {"MinAtar/Breakout-v1": 17.0, "MinAtar/SpaceInvaders-v1": 180.0}
+#: env steps between evaluations of a MinAtar race (every 8th rollout of 64 x 128)
+MINATAR_EVAL_EVERY = 65_536
+#: the step budget of a MinAtar race: the paper's 5M frames (one frame per step)
+MINATAR_STEPS = 5_000_000
+
 BENCHES = {
     "CartPole-v1": Bench(475.0, 1024, 100_000, "envfleet,sb3-zoo,sb3-zoo-facade",
                          "8,32,128,512", 120.0),
     "Acrobot-v1": Bench(-100.0, 4096, 1_000_000, "envfleet,sb3-zoo", "", 90.0),
+    **{env_id: Bench(target, MINATAR_EVAL_EVERY, MINATAR_STEPS, "envfleet,sb3", "", 1800.0)
+       for env_id, target in MINATAR_TARGETS.items()},
 }
 EVAL_EPISODES = 100
 
@@ -92,7 +116,36 @@ def zoo_ppo(env_id: str, venv: Any, seed: int) -> tuple[Any, Any]:
     raise ValueError(f"no rl-zoo settings here for {env_id}")
 
 
-ZOO_NUM_ENVS = {"CartPole-v1": 8, "Acrobot-v1": 16}
+def same_ppo(env_id: str, venv: Any, seed: int) -> Any:
+    """SB3 PPO with envfleet's preset for ``env_id`` (``envfleet train``'s settings, one for
+    one: rollout shape, minibatch size, epochs, annealed lr, gamma, lambda, clip, entropy,
+    separate actor and critic MLPs of the preset's widths and activation)."""
+    from stable_baselines3 import PPO
+    from torch import nn
+
+    from envfleet.train.cli import args_defaults, preset
+
+    p = {**args_defaults(), **preset(env_id)}
+    assert p["anneal_lr"] and p["clip_coef"] == 0.2 and p["vf_coef"] == 0.5
+    assert p["max_grad_norm"] == 0.5 and p["norm_adv"] and not p["clip_vloss"]
+    assert p["anneal_lr"] and not p["norm_obs"] and not p["norm_reward"], p
+    lr = p["learning_rate"]
+    hidden = list(p["hidden_sizes"])
+    return PPO("MlpPolicy", venv, n_steps=p["num_steps"],
+               batch_size=p["num_envs"] * p["num_steps"] // p["num_minibatches"],
+               n_epochs=p["update_epochs"], gamma=p["gamma"], gae_lambda=p["gae_lambda"],
+               learning_rate=lambda progress_remaining: progress_remaining * lr,
+               # SB3's value loss is the mean squared error, envfleet's (CleanRL's) half of it
+               clip_range=0.2, ent_coef=p["ent_coef"], vf_coef=p["vf_coef"] / 2,
+               max_grad_norm=0.5,
+               policy_kwargs=dict(net_arch=dict(pi=hidden, vf=hidden),
+                                  activation_fn={"relu": nn.ReLU, "tanh": nn.Tanh}[
+                                      p["activation"]]),
+               seed=seed, verbose=0, device="cpu")
+
+
+ZOO_NUM_ENVS = {"CartPole-v1": 8, "Acrobot-v1": 16,
+                **{env_id: 64 for env_id in MINATAR_TARGETS}}
 
 
 # --- one run (in its own process) -------------------------------------------------------
@@ -106,6 +159,8 @@ def run_envfleet(env_id: str, seed: int, num_envs: int | None, time_limit: float
     settings = {**preset(env_id), "env_id": env_id, "backend": "numba", "seed": seed,
                 "time_limit": time_limit}
     assert settings["eval_every"] == BENCHES[env_id].eval_every  # the same rule as SB3's
+    if env_id in MINATAR_TARGETS:  # the same budget (and lr schedule) as SB3's
+        assert settings["total_steps"] == BENCHES[env_id].zoo_timesteps
     if num_envs is not None and num_envs != settings["num_envs"]:
         settings.update(sweep_settings(num_envs))
     args = ppo.Args(**settings)
@@ -143,6 +198,9 @@ def run_sb3(env_id: str, seed: int, facade: bool, time_limit: float) -> dict[str
     bench = BENCHES[env_id]
     num_envs = ZOO_NUM_ENVS[env_id]
     torch.set_num_threads(1)  # SB3 on 2 cores is no faster with 2 torch threads
+    minatar = env_id in MINATAR_TARGETS
+    if minatar:  # the reference's MinAtar/<Game>-vN ids (minatar.gym.register_envs)
+        import envfleet.envs.minatar.reference  # noqa: F401
     t0 = time.perf_counter()
     if facade:
         from envfleet.sb3 import to_sb3
@@ -152,7 +210,7 @@ def run_sb3(env_id: str, seed: int, facade: bool, time_limit: float) -> dict[str
         env.step(np.zeros(num_envs, dtype=np.int64))
     else:
         env = make_vec_env(env_id, n_envs=num_envs, seed=seed)
-    model, env = zoo_ppo(env_id, env, seed)
+    model, env = (same_ppo(env_id, env, seed), env) if minatar else zoo_ppo(env_id, env, seed)
     eval_env = make_vec_env(env_id, n_envs=EVAL_EPISODES)
     if isinstance(env, VecNormalize):  # the training statistics, frozen; true returns
         eval_env = VecNormalize(eval_env, training=False, norm_reward=False)
@@ -270,6 +328,12 @@ def per_1k_steps(runs: list[dict[str, Any]]) -> list[float]:
             if r.get("solved_at_s") is not None and r.get("solved_at_steps")]
 
 
+def ratio_key(baseline: str) -> str:
+    """The results' key of the median speed-up over ``baseline`` (``sb3-zoo``:
+    ``ratio_sb3_zoo_over_envfleet``)."""
+    return f"ratio_{baseline.replace('-', '_')}_over_envfleet"
+
+
 def _f(x: float | None, digits: int = 2) -> str:
     return "–" if x is None else f"{x:,.{digits}f}"
 
@@ -297,8 +361,9 @@ def markdown(results: dict[str, Any]) -> str:
                      f"{_f(_median(per_1k_steps(runs)), 3)} | "
                      f"{_f(statistics.median([r.get('eval_s') or 0 for r in runs]))} | "
                      f"{_f(statistics.median([r.get('background_load') or 0 for r in runs]))} |")
-    ratio = results.get("ratio_sb3_zoo_over_envfleet")
-    lines += ["", f"Median speed-up of envfleet over sb3-zoo: **{_f(ratio)}x** (solved "
+    baseline = results.get("baseline", "sb3-zoo")
+    ratio = results.get(ratio_key(baseline))
+    lines += ["", f"Median speed-up of envfleet over {baseline}: **{_f(ratio)}x** (solved "
               + ", ".join(f"{name} {sum(r.get('solved_at_s') is not None for r in runs)}/"
                           f"{len(runs)}" for name, runs in contenders.items()) + ").", ""]
     if results["sweep"]:
@@ -379,12 +444,13 @@ def main() -> int:
     parser.add_argument("--seeds", default="1,2,3,4,5")
     parser.add_argument("--contenders",
                         help="comma-separated (default: CartPole-v1 envfleet,sb3-zoo,"
-                             "sb3-zoo-facade; Acrobot-v1 envfleet,sb3-zoo)")
+                             "sb3-zoo-facade; Acrobot-v1 envfleet,sb3-zoo; MinAtar "
+                             "envfleet,sb3)")
     parser.add_argument("--sweep", help="num_envs values for the envfleet sweep, CartPole-v1 "
                                         "only (default: 8,32,128,512; empty: none)")
     parser.add_argument("--time-limit", type=float,
                         help="seconds of training per run before giving up (default: "
-                             "CartPole-v1 120, Acrobot-v1 60)")
+                             "CartPole-v1 120, Acrobot-v1 90, MinAtar 1800)")
     parser.add_argument("--out", type=Path, default=Path("docs/bench"))
     options = parser.parse_args()
     if options.worker:
@@ -423,10 +489,12 @@ def main() -> int:
                           f"{_f(r.get('compile_s'))} s, eval {_f(r.get('eval_s'))} s; load "
                           f"{r.get('background_load')} {r.get('status')} {r.get('error', '')}")
     runs = results["contenders"]
-    if "envfleet" in runs and "sb3-zoo" in runs:
+    baseline = next((name for name in ("sb3-zoo", "sb3") if name in runs), None)
+    if "envfleet" in runs and baseline is not None:
         ours = _median([r.get("solved_at_s") for r in runs["envfleet"]])
-        theirs = _median([r.get("solved_at_s") for r in runs["sb3-zoo"]])
-        results["ratio_sb3_zoo_over_envfleet"] = theirs / ours if ours and theirs else None
+        theirs = _median([r.get("solved_at_s") for r in runs[baseline]])
+        results["baseline"] = baseline
+        results[ratio_key(baseline)] = theirs / ours if ours and theirs else None
     for n in [int(x) for x in sweep.split(",") if x]:
         r = run({"kind": "envfleet", "env": options.env, "seed": seeds[0], "num_envs": n,
                  "time_limit": time_limit}, timeout)
@@ -438,7 +506,7 @@ def main() -> int:
                       f"{r.get('sps_end_to_end', 0):,.0f}; load {r.get('background_load')}")
 
     options.out.mkdir(parents=True, exist_ok=True)
-    stem = options.out / f"train-{options.env}"
+    stem = options.out / f"train-{options.env.replace('/', '-')}"
     stem.with_suffix(".json").write_text(json.dumps(results, indent=1) + "\n")
     text = markdown(results)
     stem.with_suffix(".md").write_text(text)
@@ -447,7 +515,7 @@ def main() -> int:
                "num_envs": r["settings"]["num_envs"]}
               for r in runs.get("envfleet", []) if r.get("status") == "ok"]
     if curves:
-        plot_curve(curves, options.out / f"train-{options.env}-curve.png", bench.target,
+        plot_curve(curves, stem.with_name(stem.name + "-curve.png"), bench.target,
                    f"envfleet train {options.env} (numba, {curves[0]['num_envs']} envs, "
                    f"defaults): {len(curves)} seeds")
     console.print(text)
