@@ -11,7 +11,7 @@ import pytest
 
 import envfleet
 from envfleet.envs import FAMILIES
-from envfleet.envs.minatar.common import cubehelix_palette
+from envfleet.envs.minatar.common import SIZE, cubehelix_palette, put_grid
 from envfleet.registry import backend_status, gym_id
 from tests.cuda_helpers import assert_kernels_lower, assert_same, only_under_simulator
 from tests.minatar.test_breakout import to_reference
@@ -86,6 +86,18 @@ def test_last_action_survives_resets_as_in_the_reference() -> None:
     env.reset(seed=1)
     assert as_numpy(env.state.last_action).tolist() == [3, 5]
     env.close()
+
+
+def test_put_grid_writes_its_whole_channel_and_nothing_else() -> None:
+    """``put_grid`` is ``state[:, :, c] = grid[i]``: every cell of channel ``c`` (False ones
+    too, written without a branch per cell), the other channels and rows untouched."""
+    rng = np.random.default_rng(0)
+    grid = rng.random((3, SIZE, SIZE)) < 0.3
+    obs = rng.random((3, SIZE * SIZE * 4)) < 0.5
+    expected = obs.copy().reshape(3, SIZE, SIZE, 4)
+    expected[1, :, :, 2] = grid[1]
+    put_grid(1, obs, 4, grid, 2)
+    assert np.array_equal(obs.reshape(3, SIZE, SIZE, 4), expected)
 
 
 def test_palette_is_seaborns_cubehelix_with_black_first() -> None:

@@ -16,7 +16,12 @@ or any Gymnasium id):
   usable cores, its best kept (``thread_sweep``); an optional peer (``envfleet[envpool]``);
 - ``pufferlib``: PufferLib's ``vector.Multiprocessing`` over ``GymnasiumPufferEnv`` wrappers
   (``num_workers`` as given, else the most usable cores dividing N); measured when asked for
-  (``--study executors`` does), an optional peer (``pufferlib-core``).
+  (``--study executors`` does), an optional peer (``pufferlib-core``);
+- ``gymnax`` / ``gymnax-scan128``: gymnax's own JAX MinAtar game of a ``MinAtar/<Game>-vN`` id
+  (``GymnaxMinAtar``) on JAX's CPU backend: ``jax.jit(jax.vmap(env.step))`` per call, or a
+  jitted ``jax.lax.scan`` of 128 such steps per call (PureJaxRL's way); an optional peer
+  (``scripts/install_gymnax.sh``); ``gymnax`` is in the default sweep of the ids it has
+  (``native_default``), ``gymnax-scan128`` is measured when asked for.
 
 Every contender is stepped with the same fixed batch of random actions, drawn from the batched
 action space (the same seed gives the same actions, discrete or continuous).
@@ -39,6 +44,7 @@ from __future__ import annotations
 
 import functools
 import importlib.util
+import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -76,16 +82,27 @@ class Baseline:
     extra: str | None = None
     #: measured by default for a Gymnasium id that is not native (next to the executors)
     executor_default: bool = True
+    #: the reference ids it has, when it runs its own envs rather than Gymnasium's (gymnax's
+    #: MinAtar games); a native id among them has it in its default sweep (``native_default``)
+    env_ids: Callable[[], frozenset[str]] | None = None
+    #: how to install ``requires`` when one extra is not enough (default: the extra's line)
+    install: str | None = None
+    #: in the default sweep of the ids in ``env_ids`` (False: measured when asked for)
+    default_sweep: bool = True
 
     def status(self, reference_id: str) -> str | None:
         """None when this baseline can run ``reference_id`` here, else the reason it cannot."""
         if self.plays is not None and reference_id != self.plays:
             return f"{self.name} plays {self.plays} only"
-        if self.plays is None and reference_id in GAME_PEER_IDS:
+        if self.env_ids is not None and reference_id not in self.env_ids():
+            return f"{self.name} has no {reference_id} env"
+        if self.plays is None and self.env_ids is None and reference_id in GAME_PEER_IDS:
             return f"Gymnasium has no {reference_id} env"
         if self.requires and importlib.util.find_spec(self.requires) is None:
-            extra = self.extra or "bench"
-            return f"not installed: needs {self.requires} (pip install 'envfleet[{extra}]')"
+            install = self.install or f"pip install 'envfleet[{self.extra or 'bench'}]'"
+            return f"not installed: needs {self.requires} ({install})"
+        if self.env_ids is not None:  # its own envs: no Gymnasium env needed
+            return None
         if self.plays is None and reference_id not in gymnasium.registry:
             return f"Gymnasium has no {reference_id} env here (is its package installed?)"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
@@ -105,6 +122,8 @@ class BaselineEnv:
     step: Callable[..., Any]
     action_space: gymnasium.spaces.Space | None  # the batched action space
     close: Callable[[], None]
+    #: how many times each call steps every env (a scan of steps per call: 128)
+    steps_per_env: int = 1
 
 
 def _gym_vector(mode: str) -> Callable[[str, int, int], BaselineEnv]:
@@ -198,6 +217,107 @@ def _pufferlib(env_id: str, num_envs: int, seed: int, num_workers: int | None = 
     )
 
 
+
+# --- gymnax's MinAtar games on JAX's CPU backend ---------------------------------------------
+
+#: gymnax's MinAtar games (``<Game>-MinAtar``); gymnax 1.0.1 has all five of MinAtar's
+GYMNAX_MINATAR = ("Asterix", "Breakout", "Freeway", "Seaquest", "SpaceInvaders")
+#: the steps each call of ``gymnax-scan128`` runs (PureJaxRL's default rollout length)
+GYMNAX_SCAN_STEPS = 128
+#: how to install the gymnax peer: gymnax 1.0.1 pins gymnasium<1.4, which it does not need
+GYMNAX_INSTALL = ("scripts/install_gymnax.sh: pip install 'envfleet[minatar-bench]', then "
+                  "gymnax==1.0.1 with --no-deps")
+
+
+def gymnax_ids() -> frozenset[str]:
+    """The reference ids gymnax plays: ``MinAtar/<Game>-v1`` (the minimal action set, gymnax's
+    default) and ``-v0`` (the six actions: ``use_minimal_action_set=False``)."""
+    return frozenset(f"MinAtar/{game}-v{v}" for game in GYMNAX_MINATAR for v in (0, 1))
+
+
+class GymnaxMinAtar:
+    """gymnax's MinAtar game of ``reference_id`` on JAX's CPU backend, N envs.
+
+    ``step(actions)``: one jitted call of ``jax.vmap(env.step)`` (gymnax's step resets an env
+    whose episode ended in the same call) with the call's split of a key carried across calls,
+    as gymnax's own examples step it; with ``scan``, one jitted ``jax.lax.scan`` of ``scan``
+    such steps (PureJaxRL's rollout), each step's rewards, terminated flags and per-env sum of
+    the observation kept (the sum makes XLA compute every observation, as a policy reading it
+    would; unused, they would be dead code). Actions: the bench's fixed batch, put on the
+    device once (on both sides, no action is drawn inside the clock). Outputs stay JAX arrays,
+    waited for (``block_until_ready``) before the call returns.
+
+    A speed peer, not a reference: gymnax's games have no sticky actions, end episodes at its
+    ``max_steps_in_episode`` (1,000; Freeway 2,500), return float32 observations and draw
+    their randomness with ``jax.random``.
+    """
+
+    def __init__(self, reference_id: str, num_envs: int, seed: int, scan: int = 0) -> None:
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")  # before jax is imported (the worker's)
+        import gymnax
+        import jax
+        import jax.numpy as jnp
+
+        if reference_id not in gymnax_ids():
+            raise ValueError(f"gymnax has no {reference_id} env (it has "
+                             f"{', '.join(sorted(gymnax_ids()))})")
+        game, version = reference_id.removeprefix("MinAtar/").rsplit("-v", 1)
+        env, params = gymnax.make(f"{game}-MinAtar", use_minimal_action_set=version == "1")
+        self.jax, self.jnp, self.num_envs, self.seed = jax, jnp, num_envs, seed
+        self.action_space = gymnasium.vector.utils.batch_space(
+            gymnasium.spaces.Discrete(env.num_actions), num_envs)
+        vstep = jax.vmap(env.step, in_axes=(0, 0, 0, None))
+        self._reset = jax.jit(jax.vmap(env.reset, in_axes=(0, None)))
+        self._params = params
+
+        def one(key: Any, state: Any, actions: Any) -> tuple[Any, ...]:
+            key, sub = jax.random.split(key)
+            obs, state, reward, terminated, truncated, _ = vstep(
+                jax.random.split(sub, num_envs), state, actions, params)
+            return key, state, obs, reward, terminated, truncated
+
+        def rollout(key: Any, state: Any, actions: Any) -> tuple[Any, ...]:
+            def body(carry: Any, _: Any) -> tuple[Any, Any]:
+                key, state, obs, reward, terminated, _ = one(*carry, actions)
+                return (key, state), (reward, terminated, obs.sum(axis=(1, 2, 3)))
+
+            (key, state), outs = jax.lax.scan(body, (key, state), None, length=scan)
+            return key, state, *outs
+
+        self._call = jax.jit(rollout if scan else one, donate_argnums=(1,))
+        self.steps_per_env = scan or 1
+        self._actions: tuple[Any, Any] | None = None  # (the NumPy batch, its device copy)
+        self.key: Any = None
+        self.state: Any = None
+
+    def reset(self) -> Any:
+        """Every env reset from keys split off ``seed``; returns the first observations."""
+        key, sub = self.jax.random.split(self.jax.random.PRNGKey(self.seed))
+        obs, self.state = self._reset(self.jax.random.split(sub, self.num_envs), self._params)
+        self.key = key
+        return obs.block_until_ready()
+
+    def step(self, actions: Any) -> Any:
+        """One call (a step of every env, or a scan of steps): its outputs, computed."""
+        if self._actions is None or self._actions[0] is not actions:
+            self._actions = (actions, self.jnp.asarray(actions, dtype=self.jnp.int32))
+        out = self._call(self.key, self.state, self._actions[1])
+        self.key, self.state = out[0], out[1]
+        return self.jax.block_until_ready(out[2:])
+
+    def close(self) -> None:
+        self.state = self._actions = None
+
+
+def _gymnax(scan: int) -> Callable[[str, int, int], BaselineEnv]:
+    def build(reference_id: str, num_envs: int, seed: int) -> BaselineEnv:
+        env = GymnaxMinAtar(reference_id, num_envs, seed, scan)
+        return BaselineEnv(reset=env.reset, step=env.step, action_space=env.action_space,
+                           close=env.close, steps_per_env=env.steps_per_env)
+
+    return build
+
+
 BASELINES: dict[str, Baseline] = {
     b.name: b
     for b in (
@@ -215,6 +335,15 @@ BASELINES: dict[str, Baseline] = {
                  executor_default=False),
         Baseline("pufferlib", "PufferLib's Multiprocessing vector env", True, _pufferlib,
                  requires="pufferlib", extra="pufferlib", executor_default=False),
+        Baseline("gymnax", "gymnax's MinAtar game on JAX's CPU backend, jit(vmap(step)) per "
+                 "call", False, _gymnax(0), requires="gymnax", threads=None,
+                 extra="minatar-bench", executor_default=False, env_ids=gymnax_ids,
+                 install=GYMNAX_INSTALL),
+        Baseline("gymnax-scan128", "gymnax's MinAtar game on JAX's CPU backend, a jitted "
+                 f"lax.scan of {GYMNAX_SCAN_STEPS} steps per call", False,
+                 _gymnax(GYMNAX_SCAN_STEPS), requires="gymnax", threads=None,
+                 extra="minatar-bench", executor_default=False, env_ids=gymnax_ids,
+                 install=GYMNAX_INSTALL, default_sweep=False),
     )
 }
 #: the baselines a native id's default sweep measures (each only where it can run that id)
@@ -235,7 +364,13 @@ def register_peers(env_id: str, peers: list[Baseline]) -> None:
 
 
 def native_default(env_id: str) -> tuple[str, ...]:
-    """The baselines a native id's default sweep measures."""
-    return GAME_PEER_IDS.get(env_id, NATIVE_DEFAULT)
+    """The baselines a native id's default sweep measures: its game peers, else
+    ``NATIVE_DEFAULT`` and the baselines that have the id among their own envs (gymnax's
+    MinAtar games)."""
+    if env_id in GAME_PEER_IDS:
+        return GAME_PEER_IDS[env_id]
+    own = tuple(b.name for b in BASELINES.values()
+                if b.env_ids is not None and b.default_sweep and env_id in b.env_ids())
+    return (*NATIVE_DEFAULT, *own)
 #: the baselines envfleet's executors (``pool``) are compared with in the ratio columns
 EXECUTOR_RIVALS = ("gym-sync", "gym-async", "sb3-subproc")

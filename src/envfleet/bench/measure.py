@@ -27,6 +27,8 @@ Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actio
 without an action space (the chess peers) play their own; perft points (``bench/chess/``)
 count nodes instead of steps, and a point whose options name a ``loop`` is measured by that
 loop's function (``LOOPS``; bench/chess's user loop: a policy between steps, steps timed).
+A baseline whose call steps every env several times (``BaselineEnv.steps_per_env``: gymnax's
+scan of 128 steps) counts them all (``steps_per_env_per_call`` in its row).
 """
 
 from __future__ import annotations
@@ -195,6 +197,9 @@ def _import_for(backend: str) -> None:
         os.environ.setdefault("JAX_PLATFORMS", "cpu")  # JAX on CPU, before jax is imported
         import jax  # noqa: F401
         import pgx  # noqa: F401
+    if backend.startswith("gymnax"):
+        os.environ.setdefault("JAX_PLATFORMS", "cpu")
+        import gymnax  # noqa: F401
     if backend in ("openspiel", "openspiel-numpy"):
         import pyspiel  # noqa: F401
     if backend == "python-chess":
@@ -312,6 +317,9 @@ def measure(spec: PointSpec) -> dict[str, Any]:
                                **spec.options)
         reset, step_env, batched_actions, close = (
             built.reset, built.step, built.action_space, built.close)
+        if built.steps_per_env != 1:  # a call steps every env several times (a scan)
+            steps_per_call = spec.num_envs * built.steps_per_env
+            result["steps_per_env_per_call"] = built.steps_per_env
         if batched_actions is None:  # it plays its own actions
             step_env = lambda _, play=built.step: play()  # noqa: E731
         # 1: a Python loop / single-threaded NumPy

@@ -66,7 +66,13 @@ SPARE_MIN_BYTES = 64 * 1024
 SPARES_PER_SHAPE = 3
 # The per-env loops allocate nothing, so they compile without the runtime's reference counting
 # (with it, every array unpacked per env costs atomic increments: ~10x slower).
-_RANGE_JIT = {"error_model": "numpy", "nogil": True, "_nrt": False}
+# ``forceinline``: every kernel function the loops call (the driver's, the family's, and what
+# they call) inherits it and is inlined. Otherwise LLVM keeps a large callee (a MinAtar game's
+# ``step_one``) out of line, and each call passes the whole state tuple on the stack, every
+# array exploded into its fields (Breakout: ~115 pushed words per call): measured 221 -> 39 ns
+# per Breakout env-step on one thread.
+_RANGE_JIT = {"error_model": "numpy", "nogil": True, "_nrt": False, "forceinline": True}
+_PARALLEL_JIT = {"parallel": True, "error_model": "numpy", "nogil": True, "forceinline": True}
 
 
 def default_threads() -> int:
@@ -119,7 +125,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
         return step_range(0, n, state, actions, rng, max_steps, pending, obs, rewards,
                           terminated, truncated, final_obs)
 
-    @njit(parallel=True, error_model="numpy", nogil=True)
+    @njit(**_PARALLEL_JIT)
     def step_parallel(chunks, n, state, actions, bounds, rng, max_steps, pending, obs,
                       rewards, terminated, truncated, final_obs):
         size = (n + chunks - 1) // chunks

@@ -10,7 +10,8 @@ game's rules as scalar kernel functions of env i's row, in the reference's order
 - ``act(i, state, params, a, rng) -> (reward, terminal)``: the game's ``act(a)`` with ``a``
   one of the six full actions, after the sticky action is resolved here (``sticky_action``);
 - ``observe(i, state, obs)``: the game's ``state()``, written with ``put`` / ``put_grid`` into
-  env i's row of the (num_envs, 10 * 10 * channels) bool observations.
+  env i's row of the (num_envs, 10 * 10 * channels) bool observations (``put_grid`` writes its
+  whole channel, so a game ``put``s nothing into a channel it fills with ``put_grid``).
 
 ``game_specs`` lifts the three into the kernel contract's ``reset_one`` / ``step_one``.
 
@@ -161,11 +162,12 @@ def put(i: int, obs: Any, channels: int, y: int, x: int, c: int) -> None:
 
 @kernel_function
 def put_grid(i: int, obs: Any, channels: int, grid: Any, c: int) -> None:
-    """``state[:, :, c] = grid[i]`` for a (num_envs, 10, 10) grid column (on a cleared row)."""
+    """``state[:, :, c] = grid[i]`` for a (num_envs, 10, 10) grid column: every cell of channel
+    ``c`` written, without a branch per cell (a cell's test mispredicted on grids such as
+    SpaceInvaders' bullets: ~10 ns of a ~160 ns step)."""
     for y in range(SIZE):
         for x in range(SIZE):
-            if grid[i, y, x]:
-                obs[i, (y * SIZE + x) * channels + c] = True
+            obs[i, (y * SIZE + x) * channels + c] = grid[i, y, x]
 
 
 def game_kernels(reset: Callable[..., None], act: Callable[..., tuple],

@@ -57,12 +57,11 @@ def fill_aliens(i: int, aliens: Any) -> None:
 
 @kernel_function
 def count_aliens(i: int, aliens: Any) -> int:
-    """``np.count_nonzero(alien_map)``."""
+    """``np.count_nonzero(alien_map)`` (a sum, without a branch per cell)."""
     n = 0
     for y in range(SIZE):
         for x in range(SIZE):
-            if aliens[i, y, x]:
-                n += 1
+            n += aliens[i, y, x]
     return n
 
 
@@ -122,15 +121,18 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
         pos = min(9, pos + 1)
     state.pos[i] = pos
 
-    # Friendly bullets: np.roll(f, -1, axis=0), then row 9 cleared
-    for x in range(SIZE):
-        for y in range(SIZE - 1):
+    # Friendly bullets: np.roll(f, -1, axis=0), then row 9 cleared (row by row: each row's
+    # cells are contiguous, a column's are not)
+    for y in range(SIZE - 1):
+        for x in range(SIZE):
             f[i, y, x] = f[i, y + 1, x]
+    for x in range(SIZE):
         f[i, 9, x] = False
     # Enemy bullets: np.roll(e, 1, axis=0), then row 0 cleared
-    for x in range(SIZE):
-        for y in range(SIZE - 1, 0, -1):
+    for y in range(SIZE - 1, 0, -1):
+        for x in range(SIZE):
             e[i, y, x] = e[i, y - 1, x]
+    for x in range(SIZE):
         e[i, 0, x] = False
     if e[i, 9, pos]:
         terminal = True
@@ -181,10 +183,11 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
                 e[i, y, x] = True  # the alien's shot starts in its own cell
                 break
 
-    # kill_locations = alien_map & (alien_map == f_bullet_map)
+    # kill_locations = alien_map & (alien_map == f_bullet_map); the sparse bullet map tested
+    # first (its test is almost always False: well predicted)
     for y in range(SIZE):
         for x in range(SIZE):
-            if aliens[i, y, x] and f[i, y, x]:
+            if f[i, y, x] and aliens[i, y, x]:
                 r += 1
                 aliens[i, y, x] = False
                 f[i, y, x] = False
