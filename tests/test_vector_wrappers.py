@@ -1,7 +1,7 @@
 """Gymnasium's vector wrappers on native envs: every applicable one works on NumPy outputs
 (``backend="numba"``); on torch-tensor outputs (``backend="torch"``, ``"cuda"``) the ones in
-``ON_TENSORS`` work and keep tensors, the ones in ``NUMPY_ONLY`` do not. The README lists both sets
-from here: when a Gymnasium release changes one, this test says so."""
+``ON_TENSORS`` work and keep tensors, the ones in ``NUMPY_ONLY`` do not. docs/USAGE.md lists both
+sets from here: when a Gymnasium release changes one, this test says so."""
 
 from __future__ import annotations
 
@@ -124,9 +124,10 @@ def test_wrapper_works_on_numpy_not_on_tensors(name):
     try:
         outs = [run(NUMPY_ONLY[name], "torch", mode) for mode in modes]
     except Exception:
-        return  # fails on tensors, as the README says
+        return  # fails on tensors, as docs/USAGE.md says
     kinds = {type(x).__name__ for out in outs for x in out[-5:-1]}
-    assert kinds != {"Tensor"}, f"{name} now works on tensors: move it to ON_TENSORS (README)"
+    assert kinds != {"Tensor"}, (f"{name} now works on tensors: move it to ON_TENSORS "
+                                 f"(docs/USAGE.md)")
 
 
 def test_record_episode_statistics_on_numpy_counts_cartpole_episodes():
@@ -143,7 +144,7 @@ def test_record_episode_statistics_on_numpy_counts_cartpole_episodes():
 
 
 def test_numpy_only_wrappers_after_converting_tensors_to_numpy():
-    """The recipe the README gives for NUMPY_ONLY wrappers on the torch backend."""
+    """The recipe docs/USAGE.md gives for NUMPY_ONLY wrappers on the torch backend."""
     env = envfleet.make("CartPole-v1", NUM_ENVS, backend="torch")
     env = W.NormalizeObservation(W.RecordEpisodeStatistics(
         W.ArrayConversion(env, env_xp=torch, target_xp=np)))

@@ -147,8 +147,9 @@ def start_loopback_ray(ray: Any, **options: Any) -> None:
         warnings.warn(f"backend 'ray': the local Ray started for this env (ray "
                       f"{ray.__version__}) has node address {node}, not {LOOPBACK}: its GCS, "
                       f"raylet and worker servers listen on every interface; to keep them on "
-                      f"this machine, start Ray yourself as the README says ('On a Ray "
-                      f"cluster') and pass address=", RuntimeWarning, stacklevel=2)
+                      f"this machine, start Ray yourself as docs/SECURITY.md says "
+                      f"('Ray: what listens where') and pass address=", RuntimeWarning,
+                      stacklevel=2)
 
 
 def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
