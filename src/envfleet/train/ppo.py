@@ -131,9 +131,9 @@ class Agent(ActorCritic):
     the env's spaces, observations one-hot encoded or flattened, normalised when asked): a
     categorical head (Discrete actions) or a diagonal Gaussian one (Box actions).
 
-    ``legal_logits`` (``Args.legal_logits``): with a mask, the categorical head works on the
-    legal actions' logits only (gathered, in increasing action order): the same distribution
-    as the masked full one, without the per-action work on the illegal ones."""
+    ``legal_logits`` (``Args.legal_logits``): with a mask, the categorical head computes the
+    legal actions' logits only (the output layer's rows for them, in increasing action order):
+    the same distribution as the masked full one, without the work on the illegal actions."""
 
     legal_logits: bool = False
 
@@ -156,8 +156,13 @@ class Agent(ActorCritic):
         if not self.legal_logits or mask is None:
             return self.masked_logits(x, mask), None
         ids, legal = legal_actions(mask)
-        logits = self.actor(x).gather(-1, ids)
-        return logits.masked_fill(~legal, torch.finfo(logits.dtype).min), ids
+        rows, slots = legal.nonzero(as_tuple=True)
+        hidden, out = self.actor[:-1](x), self.actor[-1]
+        actions = ids[rows, slots]  # the output layer's rows for the legal actions only
+        legal_logits = (hidden[rows] * out.weight[actions]).sum(-1) + out.bias[actions]
+        logits = torch.full(ids.shape, torch.finfo(legal_logits.dtype).min,
+                            dtype=legal_logits.dtype, device=legal_logits.device)
+        return logits.index_put((rows, slots), legal_logits), ids
 
     def sample(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Actions drawn from the policy (Gumbel-max for categorical: a few cheap ops)."""
