@@ -86,12 +86,14 @@ def test_chess_learning_time_to_target_and_ratios():
     from envfleet.bench.studies.chess_learning import markdown
 
     def row(series, target_s, train_s, sps):
+        curve = [(0.0, 0.05), (train_s / 2, 0.25), (train_s, 0.45 if target_s else 0.1)]
         return {"series": series, "status": "ok", "target": 0.4, "target_s": target_s,
                 "target_steps": None if target_s is None else int(target_s * sps),
                 "train_s": train_s, "total_steps": int(train_s * sps), "steps_per_s": sps,
                 "sps_env": 10 * sps, "stop_reason": "target" if target_s else "time limit",
-                "points": [{"seconds": 0.0, "steps": 0, "games": 200, "win_rate": 0.05,
-                            "draw_rate": 0.85, "loss_rate": 0.1, "score": 0.475}]}
+                "points": [{"seconds": t, "steps": int(t * sps), "games": 200, "win_rate": w,
+                            "draw_rate": 0.9 - w, "loss_rate": 0.1, "score": 0.45 + w / 2}
+                           for t, w in curve]}
 
     md = markdown([row("native Chess-v0", 100.0, 100.0, 3000.0),
                    row("python-chess pool", 300.0, 300.0, 1000.0),
@@ -101,3 +103,9 @@ def test_chess_learning_time_to_target_and_ratios():
            "target 3.0x" in md
     assert "OpenSpiel pool: win rate 0.4 after > 900 s (not reached; 810,000 steps)" in md
     assert "time to the target > 9.0x (not reached in its budget)" in md
+    # the milestones (win 0.2, 0.3) and the target: times, steps and ratios to native's
+    assert "| native Chess-v0 | 50 s, 150,000 | 100 s, 300,000 | 100 s, 300,000 | 1x |" in md
+    assert ("| python-chess pool | 150 s, 150,000 | 300 s, 300,000 | 300 s, 300,000 | 3.0x | "
+            "3.0x | 3.0x |") in md
+    assert ("| OpenSpiel pool | 450 s, 405,000 | > 900 s, > 810,000 | > 900 s, > 810,000 | "
+            "9.0x | > 9.0x | > 9.0x |") in md

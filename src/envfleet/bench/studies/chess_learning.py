@@ -41,6 +41,9 @@ from envfleet.bench.studies.pychess_env import PYCHESS_IMPORT_ID
 DEFAULT_SECONDS = 600.0
 #: the target: this win rate of the greedy policy against the random opponent
 TARGET_WIN_RATE = 0.4
+#: lower win rates whose times are reported too (the curve's steep part: less noise than the
+#: target's crossing, where the curve flattens)
+MILESTONES = (0.2, 0.3)
 #: games per judgement (a win rate's 95% interval is at most +-0.07 over 200 games), fewer for
 #: budgets under 50 s (4 per budget second, 32 at least: the smoke tests)
 EVAL_GAMES = 200
@@ -149,6 +152,22 @@ def ci95(p: float, n: int) -> float:
     return 1.96 * math.sqrt(max(p * (1 - p), 0.0) / n) if n else float("nan")
 
 
+def first_at(row: dict[str, Any], rate: float) -> dict[str, Any] | None:
+    """The first judgement of ``row`` with a win rate of ``rate`` or more, or None."""
+    return next((p for p in row["points"] if p["win_rate"] >= rate), None)
+
+
+def ratio_text(row: dict[str, Any], native: dict[str, Any], rate: float) -> str:
+    """``row``'s time to win rate ``rate`` over ``native``'s: ``2.6x``, ``> 2.0x`` (``row``
+    did not reach it: its budget as a lower bound), or ``-`` (native did not)."""
+    mine, theirs = first_at(row, rate), first_at(native, rate)
+    if theirs is None or theirs["seconds"] <= 0:
+        return "-"
+    if mine is None:
+        return f"> {row['train_s'] / theirs['seconds']:.1f}x"
+    return f"{mine['seconds'] / theirs['seconds']:.1f}x"
+
+
 def time_to_target(row: dict[str, Any]) -> str:
     """``123 s (456,789 steps)``, or ``> 900 s`` (not reached in the budget: a lower bound)."""
     if row.get("target_s") is None:
@@ -187,6 +206,21 @@ def markdown(rows: list[dict[str, Any]]) -> str:
                          f"(not reached in its budget)")
         lines.append(line)
     target = measured[0]["target"] if measured else TARGET_WIN_RATE
+    rates = (*MILESTONES, target)
+    times = []
+    for r in measured:
+        cells = []
+        for rate in rates:
+            p = first_at(r, rate)
+            cells.append(f"{p['seconds']:.0f} s, {p['steps']:,}" if p else
+                         f"> {r['train_s']:.0f} s, > {r['total_steps']:,}")
+        ratios = [ratio_text(r, native, rate) for rate in rates] if native else []
+        times.append([r["series"], *cells, *(ratios if r is not native else ["1x"] * len(rates))])
+    if times:
+        header = ["contender", *(f"win {x:g}: s, steps" for x in rates),
+                  *(f"time / native's, win {x:g}" for x in rates)]
+        lines += ["", "Training seconds and steps to the first judgement at each win rate "
+                  "(> : not reached in the budget, a lower bound):", "", md_table(header, times)]
     return "\n".join([
         f"Target: the greedy policy wins {target:g} of the judge's games against the random "
         "opponent. Win / draw / loss rates and score (win 1, draw 0.5) of greedy play against "
@@ -221,6 +255,8 @@ def plot(rows: list[dict[str, Any]], title: str, path: Path) -> None:
                         color=line.get_color(), alpha=0.15)
     if target is not None:
         ax.axhline(target, color="gray", linestyle="--", linewidth=1)
+        for rate in MILESTONES:
+            ax.axhline(rate, color="gray", linestyle=":", linewidth=0.8)
     ax.set(xlabel="training wall-clock seconds", ylabel="greedy win rate vs random opponent",
            title="PPO on chess against the random opponent: the same learner on three envs")
     ax.set_ylim(bottom=0)
