@@ -68,8 +68,8 @@ PRESETS: dict[str, dict[str, Any]] = {
         max_episode_return=100.0),
     # masked policy against the random opponent: reward +1 win, 0 draw, -1 loss at the end
     # the 4672-way policy head dominates the cost: a 128-wide MLP, few epochs, and the softmax,
-    # sampling and entropy over the ~30 legal moves only (legal_logits: ~2.3x less learner
-    # CPU per sample than over all 4672, the same policy)
+    # sampling and entropy over the ~30 legal moves only (legal_logits: the same policy, ~3x
+    # less learner CPU per sample than over all 4672: 604 -> 206 us at 256 envs)
     "Chess-v0": dict(num_envs=256, num_steps=16, num_minibatches=2, update_epochs=2,
                      learning_rate=1e-3, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
                      hidden_sizes=(128, 128), activation="relu", legal_logits=True,
