@@ -45,11 +45,19 @@ def test_e2e_study_refuses_other_envs(tmp_path):
 
 
 def test_chess_learning_study(tmp_path):
+    import importlib.util
+
     assert main(["bench", "--study", "chess-learning", "--seconds", "1", "--num-envs", "32",
                  "--out", str(tmp_path)]) == 0
     header, rows, summary, md = outputs(tmp_path, "chess-learning")
     assert header["settings"]["seconds"] == 1 and header["settings"]["eval_games"] == 32
-    assert [r["series"] for r in rows] == ["native Chess-v0", "python-chess pool"]
+    openspiel = importlib.util.find_spec("pyspiel") is not None
+    assert [r["series"] for r in rows if r["status"] == "ok"] == [
+        "native Chess-v0", "python-chess pool", *(["OpenSpiel pool"] if openspiel else [])]
+    if not openspiel:  # said, not measured
+        assert [r["status"] for r in rows if r["series"] == "OpenSpiel pool"] == ["skipped"]
+        assert "pip install open_spiel" in md
+    rows = [r for r in rows if r["status"] == "ok"]
     for r in rows:
         assert r["status"] == "ok", r
         assert r["num_envs"] == 32 and r["hidden_sizes"] == [128, 128]  # the same learner
@@ -62,7 +70,42 @@ def test_chess_learning_study(tmp_path):
         for p in points:
             assert p["games"] == 32
             assert abs(p["win_rate"] + p["draw_rate"] + p["loss_rate"] - 1) < 1e-9
+            assert p["score"] == p["win_rate"] + p["draw_rate"] / 2
+        # the target (win rate 0.4) is not reached in a second: time to it is a lower bound
+        assert r["target"] == 0.4 and r["target_s"] is None
+        assert f"{r['series']}: win rate 0.4 after > " in md
     # the same initial policy, judged on the same games: the same first point
     assert rows[0]["points"][0] == rows[1]["points"][0]
-    assert len(summary["curves"]) == 2
+    assert len(summary["curves"]) == len(rows)
     assert "| python-chess pool | 0 | 0 |" in md and "steps in the same time" in md
+
+
+def test_chess_learning_time_to_target_and_ratios():
+    # the first judgement at the target gives the time to it; a contender that never reaches
+    # it gives a lower bound on the ratio
+    from envfleet.bench.studies.chess_learning import markdown
+
+    def row(series, target_s, train_s, sps):
+        curve = [(0.0, 0.05), (train_s / 2, 0.25), (train_s, 0.45 if target_s else 0.1)]
+        return {"series": series, "status": "ok", "target": 0.4, "target_s": target_s,
+                "target_steps": None if target_s is None else int(target_s * sps),
+                "train_s": train_s, "total_steps": int(train_s * sps), "steps_per_s": sps,
+                "sps_env": 10 * sps, "stop_reason": "target" if target_s else "time limit",
+                "points": [{"seconds": t, "steps": int(t * sps), "games": 200, "win_rate": w,
+                            "draw_rate": 0.9 - w, "loss_rate": 0.1, "score": 0.45 + w / 2}
+                           for t, w in curve]}
+
+    md = markdown([row("native Chess-v0", 100.0, 100.0, 3000.0),
+                   row("python-chess pool", 300.0, 300.0, 1000.0),
+                   row("OpenSpiel pool", None, 900.0, 900.0)])
+    assert "native Chess-v0: win rate 0.4 after 100 s (300,000 steps)" in md
+    assert "python-chess pool / native Chess-v0: steps in the same time 3.0x; time to the " \
+           "target 3.0x" in md
+    assert "OpenSpiel pool: win rate 0.4 after > 900 s (not reached; 810,000 steps)" in md
+    assert "time to the target > 9.0x (not reached in its budget)" in md
+    # the milestones (win 0.2, 0.3) and the target: times, steps and ratios to native's
+    assert "| native Chess-v0 | 50 s, 150,000 | 100 s, 300,000 | 100 s, 300,000 | 1x |" in md
+    assert ("| python-chess pool | 150 s, 150,000 | 300 s, 300,000 | 300 s, 300,000 | 3.0x | "
+            "3.0x | 3.0x |") in md
+    assert ("| OpenSpiel pool | 450 s, 405,000 | > 900 s, > 810,000 | > 900 s, > 810,000 | "
+            "9.0x | > 9.0x | > 9.0x |") in md

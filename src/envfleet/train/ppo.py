@@ -80,6 +80,9 @@ class Args:
     """scale rewards by the running std of the discounted return"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layers of the actor and of the critic"""
+    legal_logits: bool = False
+    """policy logits of the legal actions only (``info["action_mask"]``): the same policy, the
+    softmax, sampling and entropy over ~30 entries instead of all (Chess-v0's 4672)"""
     activation: str = "tanh"
     """hidden activation: tanh or relu (relu: ~10x cheaper than torch's CPU tanh here)"""
     log_std_init: float = 0.0
@@ -111,10 +114,28 @@ class Args:
 # --- the agent --------------------------------------------------------------------------------
 
 
+def legal_actions(mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each row's legal action ids, in increasing order, padded to the most any row has:
+    ``(ids, legal)``, both ``(rows, k)``; a padding slot holds id 0 with ``legal`` False."""
+    counts = mask.sum(1)
+    k = max(int(counts.max()), 1) if counts.numel() else 1
+    rows, cols = mask.nonzero(as_tuple=True)
+    slots = torch.arange(rows.shape[0], device=mask.device) - (counts.cumsum(0) - counts)[rows]
+    ids = torch.zeros((mask.shape[0], k), dtype=torch.long, device=mask.device)
+    ids[rows, slots] = cols
+    return ids, torch.arange(k, device=mask.device) < counts.unsqueeze(1)
+
+
 class Agent(ActorCritic):
     """PPO's policy and value on the actor and critic MLPs (``nets.ActorCritic``: built for
     the env's spaces, observations one-hot encoded or flattened, normalised when asked): a
-    categorical head (Discrete actions) or a diagonal Gaussian one (Box actions)."""
+    categorical head (Discrete actions) or a diagonal Gaussian one (Box actions).
+
+    ``legal_logits`` (``Args.legal_logits``): with a mask, the categorical head computes the
+    legal actions' logits only (the output layer's rows for them, in increasing action order):
+    the same distribution as the masked full one, without the work on the illegal actions."""
+
+    legal_logits: bool = False
 
     def get_value(self, x: torch.Tensor) -> torch.Tensor:
         """The critic's value of features ``x``."""
@@ -127,17 +148,38 @@ class Agent(ActorCritic):
             logits = logits.masked_fill(~mask, torch.finfo(logits.dtype).min)
         return logits
 
+    def policy_logits(self, x: torch.Tensor, mask: torch.Tensor | None
+                      ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """The categorical head's logits and the action id of each column: ``masked_logits``
+        and None (the column is the id), or with ``legal_logits`` and a mask, the legal
+        actions' logits and their ids (``legal_actions``; padding gets the lowest float)."""
+        if not self.legal_logits or mask is None:
+            return self.masked_logits(x, mask), None
+        ids, legal = legal_actions(mask)
+        rows, slots = legal.nonzero(as_tuple=True)
+        hidden, out = self.actor[:-1](x), self.actor[-1]
+        actions = ids[rows, slots]  # the output layer's rows for the legal actions only
+        legal_logits = (hidden[rows] * out.weight[actions]).sum(-1) + out.bias[actions]
+        logits = torch.full(ids.shape, torch.finfo(legal_logits.dtype).min,
+                            dtype=legal_logits.dtype, device=legal_logits.device)
+        return logits.index_put((rows, slots), legal_logits), ids
+
     def sample(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
         """Actions drawn from the policy (Gumbel-max for categorical: a few cheap ops)."""
         if self.discrete:
-            logits = self.masked_logits(x, mask)
-            return (logits - torch.empty_like(logits).exponential_().log_()).argmax(-1)
+            logits, ids = self.policy_logits(x, mask)
+            column = (logits - torch.empty_like(logits).exponential_().log_()).argmax(-1)
+            return column if ids is None else ids.gather(-1, column.unsqueeze(-1)).squeeze(-1)
         mean = self.actor(x)
         return mean + self.actor_logstd.exp() * torch.randn_like(mean)
 
     def greedy(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        """The most likely action (the mean for a Gaussian)."""
-        return self.masked_logits(x, mask).argmax(-1) if self.discrete else self.actor(x)
+        """The most likely action (the mean for a Gaussian; ties: the lowest action id)."""
+        if not self.discrete:
+            return self.actor(x)
+        logits, ids = self.policy_logits(x, mask)
+        column = logits.argmax(-1)
+        return column if ids is None else ids.gather(-1, column.unsqueeze(-1)).squeeze(-1)
 
     def get_action_and_value(self, x: torch.Tensor, action: torch.Tensor,
                              mask: torch.Tensor | None, with_entropy: bool = True
@@ -145,8 +187,10 @@ class Agent(ActorCritic):
         """(log-prob of ``action``, entropy or None, value) under the current parameters."""
         entropy = None
         if self.discrete:
-            logp_all = self.masked_logits(x, mask).log_softmax(-1)
-            logprob = logp_all.gather(-1, action.unsqueeze(-1)).squeeze(-1)
+            logits, ids = self.policy_logits(x, mask)
+            logp_all = logits.log_softmax(-1)
+            column = action if ids is None else (ids == action.unsqueeze(-1)).int().argmax(-1)
+            logprob = logp_all.gather(-1, column.unsqueeze(-1)).squeeze(-1)
             if with_entropy:
                 entropy = -(logp_all.exp() * logp_all).sum(-1)
         else:
@@ -160,8 +204,10 @@ class Agent(ActorCritic):
 
 def build_agent(env: Any, args: Args) -> Agent:
     """A freshly initialised agent for ``env``'s spaces and ``args`` (on ``args.device``)."""
-    return Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
-                 args.norm_obs, args.activation, args.log_std_init).to(args.device)
+    agent = Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
+                  args.norm_obs, args.activation, args.log_std_init).to(args.device)
+    agent.legal_logits = args.legal_logits
+    return agent
 
 
 def make_optimizer(agent: Agent, args: Args) -> torch.optim.Optimizer:

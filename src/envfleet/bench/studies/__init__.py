@@ -12,8 +12,8 @@ Each study module has ``run(args, envs) -> exit status`` and writes ``study-<nam
   PufferLib where installed) by num_envs and workers, on four Gymnasium envs;
 - ``e2e``: the whole PPO loop (env, inference, update) against num_envs, native env vs the
   same game in the pool and serially (CartPole, python-chess), with the ideal line;
-- ``chess-learning``: win rate against the random opponent by wall-clock second, PPO on the
-  native Chess-v0 vs the same PPO on the python-chess env in the pool.
+- ``chess-learning``: wall-clock seconds until the same PPO wins 40% of its games against the
+  random opponent, on native Chess-v0, on python-chess and on OpenSpiel's chess in the pool.
 
 Study modules are imported only when their study runs (the package itself imports nothing).
 """
