@@ -39,40 +39,46 @@ class Model:
             self.pending[i] = s[3] >= self.length
 
 
+def check_round_trips(env, n: int, batch_size: int, trips: int) -> None:
+    """``trips`` send / recv round trips on ``env`` (``n`` counting envs from ``seed=10``), each
+    served env's obs, reward and flags checked against ``Model``; then more until every env
+    has been served: on a loaded machine a worker the OS keeps off the CPU reports late, and
+    first-ready serves the others first."""
+    obs, _ = env.reset()
+    model = Model(n, 4, 10)
+    np.testing.assert_array_equal(obs, np.array(model.state))
+    served = np.zeros(n, dtype=int)
+    rng = np.random.default_rng(0)
+    enough = trips * batch_size // n // 3
+    for trip in range(2000):
+        if trip >= trips and served.min() >= enough:
+            break
+        obs, rewards, terminated, truncated, info = env.recv()
+        ids = info["env_id"]
+        assert ids.dtype.kind == "i" and len(ids) == batch_size
+        assert len(set(ids.tolist())) == batch_size
+        for k, i in enumerate(ids.tolist()):
+            np.testing.assert_array_equal(obs[k], model.state[i])
+            assert rewards[k] == model.reward[i]
+            assert terminated[k] == (model.state[i][3] == 4 and model.pending[i])
+            assert not truncated[k]
+            if "_t" in info and info["_t"][k]:
+                assert info["t"][k] == model.state[i][3]
+        served[ids] += 1
+        actions = rng.integers(0, 5, batch_size)
+        for i, a in zip(ids.tolist(), actions.tolist(), strict=True):
+            model.step(i, a)
+        env.send(actions, ids)
+    assert served.min() >= enough  # everyone served (first-ready)
+
+
 @pytest.mark.parametrize("batch_size", [2, 3])
 def test_round_trips_give_each_env_its_next_obs(batch_size) -> None:
     n = 6
     env = envfleet.make(counting(n), n, backend="pool", batch_size=batch_size, num_workers=3,
                         seed=10)
     try:
-        obs, _ = env.reset()
-        model = Model(n, 4, 10)
-        np.testing.assert_array_equal(obs, np.array(model.state))
-        served = np.zeros(n, dtype=int)
-        rng = np.random.default_rng(0)
-        # 40 round trips, then more until everyone has been served: on a loaded machine a
-        # worker the OS keeps off the CPU reports late, and first-ready serves the others
-        enough = 40 * batch_size // n // 3
-        for trip in range(2000):
-            if trip >= 40 and served.min() >= enough:
-                break
-            obs, rewards, terminated, truncated, info = env.recv()
-            ids = info["env_id"]
-            assert ids.dtype.kind == "i" and len(ids) == batch_size
-            assert len(set(ids.tolist())) == batch_size
-            for k, i in enumerate(ids.tolist()):
-                np.testing.assert_array_equal(obs[k], model.state[i])
-                assert rewards[k] == model.reward[i]
-                assert terminated[k] == (model.state[i][3] == 4 and model.pending[i])
-                assert not truncated[k]
-                if "_t" in info and info["_t"][k]:
-                    assert info["t"][k] == model.state[i][3]
-            served[ids] += 1
-            actions = rng.integers(0, 5, batch_size)
-            for i, a in zip(ids.tolist(), actions.tolist(), strict=True):
-                model.step(i, a)
-            env.send(actions, ids)
-        assert served.min() >= enough  # everyone served (first-ready)
+        check_round_trips(env, n, batch_size, trips=40)
     finally:
         env.close()
 

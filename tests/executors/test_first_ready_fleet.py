@@ -18,7 +18,7 @@ from envfleet.executors.pool import PoolVectorEnv
 from envfleet.executors.ray import RayVectorEnv
 from envfleet.executors.subprocess import SubprocessVectorEnv
 from tests.executors.envs import FaultyEnv
-from tests.executors.test_async import Model, counting
+from tests.executors.test_async import check_round_trips, counting
 
 
 def test_first_ready_is_written_once_in_the_core_for_every_transport() -> None:
@@ -38,29 +38,7 @@ def test_subprocess_round_trips_give_each_env_its_next_obs() -> None:
     env = envfleet.make(counting(n), n, backend="subprocess", batch_size=batch_size, seed=10)
     try:
         assert env.batch_size == batch_size
-        obs, _ = env.reset()
-        model = Model(n, 4, 10)
-        np.testing.assert_array_equal(obs, np.array(model.state))
-        served = np.zeros(n, dtype=int)
-        rng = np.random.default_rng(0)
-        enough = 20 * batch_size // n // 3  # more trips on a loaded machine (test_async's)
-        for trip in range(2000):
-            if trip >= 20 and served.min() >= enough:
-                break
-            obs, rewards, terminated, truncated, info = env.recv()
-            ids = info["env_id"]
-            assert len(ids) == batch_size and len(set(ids.tolist())) == batch_size
-            for k, i in enumerate(ids.tolist()):
-                np.testing.assert_array_equal(obs[k], model.state[i])
-                assert rewards[k] == model.reward[i]
-                assert terminated[k] == (model.state[i][3] == 4 and model.pending[i])
-                assert not truncated[k]
-            served[ids] += 1
-            actions = rng.integers(0, 5, batch_size)
-            for i, a in zip(ids.tolist(), actions.tolist(), strict=True):
-                model.step(i, a)
-            env.send(actions, ids)
-        assert served.min() >= enough  # everyone served (first-ready)
+        check_round_trips(env, n, batch_size, trips=20)
         with pytest.raises(RuntimeError, match="send\\(actions, env_ids\\) and recv"):
             env.step(np.zeros(n, dtype=np.int64))
     finally:
