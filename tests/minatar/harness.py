@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import importlib
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -189,3 +189,39 @@ def check_against_reference(env_id: str, game: Game, policy: Policy, steps: int,
 def random_policy(n: int) -> Policy:
     """Uniform actions of an ``n``-action set."""
     return lambda obs, rng, t: rng.integers(0, n, size=len(obs))
+
+
+def cuda_agrees_with_numba(env_id: str, num_envs: int, steps: int, seed: int,
+                           rows: dict[str, Callable[[int], Any]] | None = None,
+                           **kwargs: Any) -> Iterator[tuple]:
+    """Step ``env_id`` on cuda and numba side by side (same seed and random actions, SameStep
+    autoreset), optionally from a starting state (``rows``: column name -> env i's value),
+    asserting obs, reward, ends and every state column equal at every step; yields numba's
+    step outputs and state so a caller can count what the run saw."""
+    import torch
+
+    from tests.cuda_helpers import assert_same
+
+    common = dict(seed=seed, autoreset_mode="SameStep", **kwargs)
+    cenv = envfleet.make(env_id, num_envs, backend="cuda", threads_per_block=32, **common)
+    nenv = envfleet.make(env_id, num_envs, backend="numba", **common)
+    try:
+        assert_same(cenv.reset()[0], nenv.reset()[0], "reset obs")
+        for name, make_row in (rows or {}).items():
+            column = np.stack([np.asarray(make_row(i)) for i in range(num_envs)])
+            getattr(nenv.state, name)[:] = column
+            target = getattr(cenv.state, name)
+            target.copy_(torch.as_tensor(column).to(target.device, target.dtype))
+        rng = np.random.default_rng(0)
+        for t in range(steps):
+            actions = rng.integers(0, nenv.single_action_space.n, num_envs)
+            out_c, out_n = cenv.step(actions), nenv.step(actions)
+            for what, c, r in zip(("obs", "reward", "terminated", "truncated"), out_c, out_n,
+                                  strict=False):
+                assert_same(c, r, f"{what} at step {t}")
+            for name, c, r in zip(nenv.state._fields, cenv.state, nenv.state, strict=True):
+                assert_same(c, r, f"state.{name} at step {t}")
+            yield out_n, nenv.state
+    finally:
+        cenv.close()
+        nenv.close()

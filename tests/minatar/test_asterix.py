@@ -8,17 +8,16 @@ from typing import Any
 
 import numpy as np
 import pytest
-import torch
 
 import envfleet
 from envfleet.envs.minatar.asterix import SLOTS
 from envfleet.registry import backend_status
-from tests.cuda_helpers import assert_same
 from tests.minatar.harness import (
     DRAWS,
     Draws,
     Game,
     check_against_reference,
+    cuda_agrees_with_numba,
     minatar,
     random_policy,
     unit_draws,
@@ -184,33 +183,14 @@ def test_cuda_plays_numbas_trajectories_in_a_crowded_game() -> None:
     """The shared 12-step check (test_common) ends before Asterix's entities move twice:
     here both backends start from a crowded, fast row (``BUSY``), so 40 steps see spawns in
     the free rows, moves, gold, enemies, ends and the ramp, from one source."""
-    n, steps = 4, 40
-    common = dict(seed=7, autoreset_mode="SameStep", sticky_action_prob=0.3)
-    cenv = envfleet.make("MinAtar/Asterix-v0", n, backend="cuda", threads_per_block=32,
-                         **common)
-    nenv = envfleet.make("MinAtar/Asterix-v0", n, backend="numba", **common)
-    assert_same(cenv.reset()[0], nenv.reset()[0], "reset obs")
-    for name, make_row in BUSY.items():
-        column = np.stack([np.asarray(make_row(i)) for i in range(n)])
-        getattr(nenv.state, name)[:] = column
-        target = getattr(cenv.state, name)
-        target.copy_(torch.as_tensor(column).to(target.device, target.dtype))
-    rng = np.random.default_rng(0)
     ended, reward, ramped = 0, 0.0, 0
-    for t in range(steps):
-        actions = rng.integers(0, 6, n)
-        out_c, out_n = cenv.step(actions), nenv.step(actions)
-        for what, c, r in zip(("obs", "reward", "terminated", "truncated"), out_c, out_n,
-                              strict=False):
-            assert_same(c, r, f"{what} at step {t}")
-        for name, c, r in zip(nenv.state._fields, cenv.state, nenv.state, strict=True):
-            assert_same(c, r, f"state.{name} at step {t}")
-        ended += int(out_n[2].sum())
-        reward += float(out_n[1].sum())
-        ramped = max(ramped, int(as_numpy(nenv.state.ramp_index).max()))
+    for (_, rew, term, _, _), state in cuda_agrees_with_numba(
+            "MinAtar/Asterix-v0", num_envs=4, steps=40, seed=7, rows=BUSY,
+            sticky_action_prob=0.3):
+        ended += int(term.sum())
+        reward += float(rew.sum())
+        ramped = max(ramped, int(as_numpy(state.ramp_index).max()))
     assert ended > 0 and reward > 0 and ramped == 6
-    cenv.close()
-    nenv.close()
 
 
 @pytest.mark.slow

@@ -13,7 +13,8 @@ import envfleet
 from envfleet.envs import FAMILIES
 from envfleet.envs.minatar.common import SIZE, cubehelix_palette, put_grid
 from envfleet.registry import backend_status, gym_id
-from tests.cuda_helpers import assert_kernels_lower, assert_same, only_under_simulator
+from tests.cuda_helpers import assert_kernels_lower, only_under_simulator
+from tests.minatar.harness import cuda_agrees_with_numba
 from tests.minatar.test_breakout import to_reference
 from tests.reference import as_numpy
 
@@ -160,22 +161,9 @@ CUDA_IDS = [pytest.param(i, marks=pytest.mark.slow) if i.endswith("-v0") else i
 @pytest.mark.parametrize("env_id", CUDA_IDS)
 def test_cuda_plays_numbas_trajectories(env_id: str) -> None:
     """Small: the simulator runs each CUDA thread as a Python thread."""
-    n, steps = 3, 10
-    common = dict(seed=5, autoreset_mode="SameStep", sticky_action_prob=0.3)
-    cenv = envfleet.make(env_id, n, backend="cuda", threads_per_block=32, **common)
-    nenv = envfleet.make(env_id, n, backend="numba", **common)
-    assert_same(cenv.reset()[0], nenv.reset()[0], "reset obs")
-    rng = np.random.default_rng(0)
-    for t in range(steps):
-        actions = rng.integers(0, nenv.single_action_space.n, n)
-        out_c, out_n = cenv.step(actions), nenv.step(actions)
-        for what, c, r in zip(("obs", "reward", "terminated", "truncated"), out_c, out_n,
-                              strict=False):
-            assert_same(c, r, f"{what} at step {t}")
-        for name, c, r in zip(nenv.state._fields, cenv.state, nenv.state, strict=True):
-            assert_same(c, r, f"state.{name} at step {t}")
-    cenv.close()
-    nenv.close()
+    for _ in cuda_agrees_with_numba(env_id, num_envs=3, steps=10, seed=5,
+                                    sticky_action_prob=0.3):
+        pass
 
 
 @only_under_simulator
