@@ -93,6 +93,37 @@ def test_a_failing_acrobot_evaluation_stops_early():
     env.close()
 
 
+class _EndsAtSteps:
+    """Two envs paying 1 a step whose first episodes end after 1 and 3 steps."""
+
+    num_envs = 2
+
+    def reset(self, seed=None):
+        self.t = 0
+        return np.zeros((2, 1), np.float32), {}
+
+    def step(self, action):
+        self.t += 1
+        return (np.zeros((2, 1), np.float32), np.ones(2), np.array([self.t == 1, self.t == 3]),
+                np.zeros(2, bool), {})
+
+
+class _ZeroAgent:
+    def features(self, x):
+        return x
+
+    def greedy(self, x, mask):
+        return torch.zeros(len(x), dtype=torch.int64)
+
+
+def test_an_evaluation_whose_last_episode_ends_below_the_target_is_complete():
+    """Every episode was played: the mean (2) is a true one, not a stop once out of reach."""
+    result = ppo.evaluate(_EndsAtSteps(), _ZeroAgent(), 0, torch.device("cpu"), False,
+                          target=10.0, max_step_reward=1.0)
+    assert result.complete and result.episodes == 2 and result.mean_return == 2.0
+    assert result.returns == [1.0, 3.0]
+
+
 def test_an_evaluation_stopped_below_the_target_is_shown_so_and_the_final_one_plays_out(
         tmp_path, capsys):
     out = tmp_path / "run.json"

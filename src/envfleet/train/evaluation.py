@@ -65,8 +65,8 @@ def evaluate(env: Any, agent: Any, seed: int, device: torch.device, torch_action
             ended = np.asarray(terminated) | np.asarray(truncated)
         totals += np.where(done, 0.0, reward)
         done |= ended
-        if target is not None and best_total(totals, done, max_episode_return,
-                                             max_step_reward) < target * n:
+        if target is not None and not done.all() and best_total(
+                totals, done, max_episode_return, max_step_reward) < target * n:
             complete = False
             break
     returns = totals[done].tolist()
