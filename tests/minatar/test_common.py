@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import types
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -11,7 +12,13 @@ import pytest
 
 import envfleet
 from envfleet.envs import FAMILIES
-from envfleet.envs.minatar.common import SIZE, cubehelix_palette, put_grid
+from envfleet.envs.minatar.common import (
+    SIZE,
+    clear,
+    cubehelix_palette,
+    put_grid,
+    put_sparse_grid,
+)
 from envfleet.registry import backend_status, gym_id
 from tests.cuda_helpers import assert_kernels_lower, only_under_simulator
 from tests.minatar.harness import cuda_agrees_with_numba
@@ -99,6 +106,101 @@ def test_put_grid_writes_its_whole_channel_and_nothing_else() -> None:
     expected[1, :, :, 2] = grid[1]
     put_grid(1, obs, 4, grid, 2)
     assert np.array_equal(obs.reshape(3, SIZE, SIZE, 4), expected)
+
+
+def test_put_sparse_grid_writes_the_grids_true_cells_into_a_cleared_row() -> None:
+    """``put_sparse_grid`` after ``clear``: the row equals ``state[:, :, c] = grid[i]`` for
+    grids with empty rows (skipped) and full ones, other envs' rows untouched."""
+    rng = np.random.default_rng(1)
+    grid = (rng.random((3, SIZE, SIZE)) < 0.3) & (rng.random((3, SIZE, 1)) < 0.5)
+    grid[1, 0] = True  # a full row next to empty ones
+    obs = rng.random((3, SIZE * SIZE * 4)) < 0.5
+    expected = obs.copy().reshape(3, SIZE, SIZE, 4)
+    expected[1] = False
+    expected[1, :, :, 2] = grid[1]
+    clear(1, obs)
+    put_sparse_grid(1, obs, 4, grid, 2)
+    assert not grid[1].all(axis=1).all() and not grid[1].any(axis=1).all()
+    assert np.array_equal(obs.reshape(3, SIZE, SIZE, 4), expected)
+
+
+def _random_rows(module: str, state: Any, rng: np.random.Generator) -> None:
+    """Fill a game's state columns with states its rules may never reach (bricks in any row,
+    grids with empty and full rows, entities at the edges with their trails off the grid),
+    as the reference's ``state()`` still draws them."""
+    n = len(state.last_action)
+
+    def sparse_grid() -> np.ndarray:  # each row empty, sparse or full
+        density = rng.choice([0.0, 0.2, 1.0], size=(n, SIZE, 1))
+        return rng.random((n, SIZE, SIZE)) < density
+
+    if module == "breakout":
+        for name in ("ball_x", "ball_y", "pos", "last_x", "last_y"):
+            getattr(state, name)[:] = rng.integers(0, SIZE, n)
+        state.bricks[:] = sparse_grid()
+    elif module == "space_invaders":
+        state.pos[:] = rng.integers(0, SIZE, n)
+        state.alien_dir[:] = rng.choice([-1, 1], n)
+        for name in ("aliens", "f_bullets", "e_bullets"):
+            getattr(state, name)[:] = sparse_grid()
+    elif module == "asterix":
+        state.player_x[:] = rng.integers(0, SIZE, n)
+        state.player_y[:] = rng.integers(1, 9, n)
+        alive = rng.random(state.entity_alive.shape) < 0.6
+        state.entity_alive[:] = alive
+        # an entity at either edge often (its trail off the grid); an empty slot's columns 0
+        x = rng.choice([0, 9, *range(SIZE)], size=alive.shape)
+        state.entity_x[:] = np.where(alive, x, 0)
+        state.entity_right[:] = alive & (rng.random(alive.shape) < 0.5)
+        state.entity_gold[:] = alive & (rng.random(alive.shape) < 0.5)
+    else:  # freeway
+        state.pos[:] = rng.integers(0, SIZE, n)
+        state.car_x[:] = rng.integers(0, SIZE, state.car_x.shape)
+        speed = rng.integers(1, 6, state.car_speed.shape) * rng.choice([-1, 1],
+                                                                        state.car_speed.shape)
+        state.car_speed[:] = speed
+        state.car_timer[:] = np.abs(speed)
+
+
+@pytest.mark.parametrize("module", ["breakout", "space_invaders", "asterix", "freeway"])
+def test_compiled_observe_is_the_references_state_for_any_state(module: str) -> None:
+    """Each game's ``observe``, compiled as the numba engine compiles it, writes the
+    reference's ``state()`` for states its rules never reach (the sparse grid writer's skipped
+    rows, Asterix's unconditional stores for empty slots and trails off the grid, Freeway's
+    selects), over rows first filled with garbage."""
+    import importlib
+
+    from numba import njit
+
+    from tests.minatar import (
+        test_asterix,
+        test_breakout,
+        test_freeway,
+        test_space_invaders,
+    )
+
+    tests = {"breakout": test_breakout, "space_invaders": test_space_invaders,
+             "asterix": test_asterix, "freeway": test_freeway}
+    game = importlib.import_module(f"envfleet.envs.minatar.{module}")
+    observe = game.observe
+
+    @njit(error_model="numpy", _nrt=False)
+    def observe_all(state, obs):  # pragma: no cover - compiled
+        for i in range(obs.shape[0]):
+            observe(i, state, obs)
+
+    env = envfleet.make(game.SPEC_V1.id, 64, backend="numba", seed=0)
+    env.reset()
+    rng = np.random.default_rng(2)
+    _random_rows(module, env.state, rng)
+    obs = rng.random((64, SIZE * SIZE * game.CHANNELS)) < 0.5
+    observe_all(env.state, obs)
+    reference = importlib.import_module(f"minatar.environments.{module}").Env()
+    columns = {name: np.asarray(c) for name, c in zip(env.state._fields, env.state, strict=True)}
+    for i in range(64):
+        tests[module].to_reference(reference, {name: c[i] for name, c in columns.items()})
+        assert np.array_equal(obs[i].reshape(SIZE, SIZE, game.CHANNELS), reference.state()), i
+    env.close()
 
 
 def test_palette_is_seaborns_cubehelix_with_black_first() -> None:

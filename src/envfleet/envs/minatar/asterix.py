@@ -22,6 +22,7 @@ from envfleet.envs.minatar.common import (
     DOWN,
     LEFT,
     RIGHT,
+    SIZE,
     STEP_DRAW,
     UP,
     Game,
@@ -135,8 +136,10 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
     state.player_y[i] = py
 
     # Update entities
+    # the tests combined with & (one rarely taken branch, not one per slot on whether it is
+    # alive, which differs per env and slot)
     for j in range(SLOTS):
-        if state.entity_alive[i, j] and state.entity_x[i, j] == px and j + 1 == py:
+        if state.entity_alive[i, j] & (state.entity_x[i, j] == px) & (j + 1 == py):
             if state.entity_gold[i, j]:
                 remove(i, state, j)
                 r += 1
@@ -145,17 +148,18 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
     if state.move_timer[i] == 0:
         state.move_timer[i] = state.move_speed[i]
         for j in range(SLOTS):
-            if state.entity_alive[i, j]:
-                x = int(state.entity_x[i, j]) + (1 if state.entity_right[i, j] else -1)
-                state.entity_x[i, j] = x
-                if x < 0 or x > 9:
+            alive = state.entity_alive[i, j]
+            step = (1 if state.entity_right[i, j] else -1) if alive else 0
+            x = int(state.entity_x[i, j]) + step  # an empty slot's x stays
+            state.entity_x[i, j] = x
+            if alive & ((x < 0) | (x > 9)):
+                remove(i, state, j)
+            elif alive & (x == px) & (j + 1 == py):  # (an entity that left cannot be touched)
+                if state.entity_gold[i, j]:
                     remove(i, state, j)
-                elif x == px and j + 1 == py:  # (an entity that left cannot be touched)
-                    if state.entity_gold[i, j]:
-                        remove(i, state, j)
-                        r += 1
-                    else:
-                        terminal = True
+                    r += 1
+                else:
+                    terminal = True
 
     # Update various timers
     state.spawn_timer[i] -= 1
@@ -180,13 +184,19 @@ def observe(i: int, state: Any, obs: Any) -> None:
     """``Env.state()``: the player, each entity (gold or enemy) and its trail when on the grid."""
     clear(i, obs)
     put(i, obs, CHANNELS, state.player_y[i], state.player_x[i], PLAYER)
+    # Every slot stores its two cells, True or False, instead of branching on whether it is
+    # alive and its trail on the grid (per env and slot: mispredicted). Only slot j writes
+    # row j + 1's enemy, gold and trail channels, so a False store (an empty slot, a trail off
+    # the grid, stored at the nearest column) lands on a cell ``clear`` left False.
     for j in range(SLOTS):
-        if state.entity_alive[i, j]:
-            x = int(state.entity_x[i, j])
-            put(i, obs, CHANNELS, j + 1, x, GOLD if state.entity_gold[i, j] else ENEMY)
-            back_x = x - 1 if state.entity_right[i, j] else x + 1
-            if back_x >= 0 and back_x <= 9:
-                put(i, obs, CHANNELS, j + 1, back_x, TRAIL)
+        alive = state.entity_alive[i, j]
+        x = int(state.entity_x[i, j])
+        c = GOLD if state.entity_gold[i, j] else ENEMY
+        obs[i, ((j + 1) * SIZE + x) * CHANNELS + c] = alive
+        back_x = x - 1 if state.entity_right[i, j] else x + 1
+        on_grid = (back_x >= 0) & (back_x <= 9)
+        back_x = min(9, max(0, back_x))
+        obs[i, ((j + 1) * SIZE + back_x) * CHANNELS + TRAIL] = alive & on_grid
 
 
 GAME = Game(name="Asterix", module="asterix", channels=CHANNELS, minimal_actions=(0, 1, 2, 3, 4),

@@ -21,7 +21,7 @@ from envfleet.envs.minatar.common import (
     draw_int,
     game_specs,
     put,
-    put_grid,
+    put_sparse_grid,
 )
 from envfleet.native.jit import kernel_function
 
@@ -135,7 +135,7 @@ def observe(i: int, state: Any, obs: Any) -> None:
     put(i, obs, CHANNELS, state.ball_y[i], state.ball_x[i], BALL)
     put(i, obs, CHANNELS, 9, state.pos[i], PADDLE)
     put(i, obs, CHANNELS, state.last_y[i], state.last_x[i], TRAIL)
-    put_grid(i, obs, CHANNELS, state.bricks, BRICK)
+    put_sparse_grid(i, obs, CHANNELS, state.bricks, BRICK)
 
 
 GAME = Game(name="Breakout", module="breakout", channels=CHANNELS, minimal_actions=(0, 1, 3),

@@ -22,7 +22,7 @@ from envfleet.envs.minatar.common import (
     clear,
     game_specs,
     put,
-    put_grid,
+    put_sparse_grid,
 )
 from envfleet.native.jit import kernel_function
 
@@ -58,11 +58,33 @@ def fill_aliens(i: int, aliens: Any) -> None:
 @kernel_function
 def count_aliens(i: int, aliens: Any) -> int:
     """``np.count_nonzero(alien_map)`` (a sum, without a branch per cell)."""
+    cells = aliens.view(np.uint8)  # bytes, not bools: no 0/1 normalisation per load
     n = 0
     for y in range(SIZE):
         for x in range(SIZE):
-            n += aliens[i, y, x]
+            n += cells[i, y, x]
     return n
+
+
+@kernel_function
+def move_rows(i: int, grid: Any, shift: int) -> None:
+    """``np.roll(grid, shift, axis=0)`` for ``shift`` -1 or 1, then the row that wrapped around
+    cleared (row 9 for -1, row 0 for 1). On the grid's bytes (a uint8 view): a bool load is
+    normalised to 0/1 (a compare and a set per cell), a byte copy is not, and the contiguous
+    copy then compiles to a few wide moves (SpaceInvaders: ~10 ns of its step)."""
+    cells = grid.view(np.uint8)
+    if shift < 0:
+        for y in range(SIZE - 1):
+            for x in range(SIZE):
+                cells[i, y, x] = cells[i, y + 1, x]
+        for x in range(SIZE):
+            cells[i, SIZE - 1, x] = 0
+    else:
+        for y in range(SIZE - 1, 0, -1):
+            for x in range(SIZE):
+                cells[i, y, x] = cells[i, y - 1, x]
+        for x in range(SIZE):
+            cells[i, 0, x] = 0
 
 
 @kernel_function
@@ -122,18 +144,10 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
     state.pos[i] = pos
 
     # Friendly bullets: np.roll(f, -1, axis=0), then row 9 cleared (row by row: each row's
-    # cells are contiguous, a column's are not)
-    for y in range(SIZE - 1):
-        for x in range(SIZE):
-            f[i, y, x] = f[i, y + 1, x]
-    for x in range(SIZE):
-        f[i, 9, x] = False
+    # cells are contiguous, a column's are not), moved as bytes (``move_rows``)
+    move_rows(i, f, -1)
     # Enemy bullets: np.roll(e, 1, axis=0), then row 0 cleared
-    for y in range(SIZE - 1, 0, -1):
-        for x in range(SIZE):
-            e[i, y, x] = e[i, y - 1, x]
-    for x in range(SIZE):
-        e[i, 0, x] = False
+    move_rows(i, e, 1)
     if e[i, 9, pos]:
         terminal = True
 
@@ -185,9 +199,10 @@ def act(i: int, state: Any, params: Any, a: int, rng: Any) -> tuple[int, bool]:
 
     # kill_locations = alien_map & (alien_map == f_bullet_map); the sparse bullet map tested
     # first (its test is almost always False: well predicted)
+    f_cells, alien_cells = f.view(np.uint8), aliens.view(np.uint8)
     for y in range(SIZE):
         for x in range(SIZE):
-            if f[i, y, x] and aliens[i, y, x]:
+            if f_cells[i, y, x] & alien_cells[i, y, x]:
                 r += 1
                 aliens[i, y, x] = False
                 f[i, y, x] = False
@@ -210,11 +225,11 @@ def observe(i: int, state: Any, obs: Any) -> None:
     """``Env.state()``: cannon, aliens (and their direction's channel), both bullet maps."""
     clear(i, obs)
     put(i, obs, CHANNELS, 9, state.pos[i], CANNON)
-    put_grid(i, obs, CHANNELS, state.aliens, ALIEN)
-    put_grid(i, obs, CHANNELS, state.aliens, ALIEN_LEFT if state.alien_dir[i] < 0
+    put_sparse_grid(i, obs, CHANNELS, state.aliens, ALIEN)
+    put_sparse_grid(i, obs, CHANNELS, state.aliens, ALIEN_LEFT if state.alien_dir[i] < 0
              else ALIEN_RIGHT)
-    put_grid(i, obs, CHANNELS, state.f_bullets, FRIENDLY_BULLET)
-    put_grid(i, obs, CHANNELS, state.e_bullets, ENEMY_BULLET)
+    put_sparse_grid(i, obs, CHANNELS, state.f_bullets, FRIENDLY_BULLET)
+    put_sparse_grid(i, obs, CHANNELS, state.e_bullets, ENEMY_BULLET)
 
 
 GAME = Game(name="SpaceInvaders", module="space_invaders", channels=CHANNELS,
