@@ -30,6 +30,8 @@ VARIANTS: dict[str, dict[str, Any]] = {
     "64x64": {"hidden_sizes": (64, 64)},
     "64x64, 1 epoch, 1 minibatch": {"hidden_sizes": (64, 64), "update_epochs": 1,
                                     "num_minibatches": 1},
+    "64x64, 1 epoch, 4 minibatches": {"hidden_sizes": (64, 64), "update_epochs": 1,
+                                      "num_minibatches": 4},
     "2 torch threads": {"torch_threads": 2},
 }
 

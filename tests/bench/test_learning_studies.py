@@ -47,6 +47,8 @@ def test_e2e_study_refuses_other_envs(tmp_path):
 def test_chess_learning_study(tmp_path):
     import importlib.util
 
+    from envfleet.train.cli import PRESETS
+
     assert main(["bench", "--study", "chess-learning", "--seconds", "1", "--num-envs", "32",
                  "--out", str(tmp_path)]) == 0
     header, rows, summary, md = outputs(tmp_path, "chess-learning")
@@ -60,7 +62,9 @@ def test_chess_learning_study(tmp_path):
     rows = [r for r in rows if r["status"] == "ok"]
     for r in rows:
         assert r["status"] == "ok", r
-        assert r["num_envs"] == 32 and r["hidden_sizes"] == [128, 128]  # the same learner
+        # the same learner: Chess-v0's preset
+        assert r["num_envs"] == 32
+        assert r["hidden_sizes"] == list(PRESETS["Chess-v0"]["hidden_sizes"])
         assert r["stop_reason"] == "time limit" and r["train_s"] >= 1
         assert positive(r["steps_per_s"], r["sps_env"], r["total_steps"])
         points = r["points"]
