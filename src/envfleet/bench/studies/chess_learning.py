@@ -3,9 +3,13 @@ wall-clock second, on envfleet's native Chess-v0, on the same game in python-che
 envfleet's pool, and on OpenSpiel's chess in the pool.
 
 Seed 003's Figure 9. Every contender trains ``envfleet train Chess-v0``'s preset (the same
-network, settings and seed, against ``opponent="random"``) until its greedy policy wins
-``TARGET_WIN_RATE`` of ``EVAL_GAMES`` games against the random opponent, or for ``--seconds``
-of training (build and JIT compile excluded, as ``envfleet train`` reports them apart). The
+network, settings and seed, against ``opponent="random"``, a constant learning rate) for the
+same ``--steps`` env steps, or ``--seconds`` of training if that ends first (build and JIT
+compile excluded, as ``envfleet train`` reports them apart), and reports when its greedy policy
+first won ``MILESTONES`` and ``TARGET_WIN_RATE`` of ``EVAL_GAMES`` games against the random
+opponent, and its win rates at equal steps. ``--seeds K`` trains each contender K times, seed s
+on envs seeded ``s * num_envs`` onwards (``env_seed``: no board or opponent stream shared
+between seeds) and judged on its own games. The
 python-chess game is Chess-v0's (``pychess_env``: observations, action labels, masks, rewards
 and ends equal in lock step); OpenSpiel's is the same game in its own encoding
 (``openspiel_env``: 20x8x8 planes, 4674 action ids, so the network's first and last layers
