@@ -96,6 +96,12 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--repeats", type=_positive_int, default=3, metavar="R",
                         help="--study: each point timed R times, median and spread reported "
                              "(default: %(default)s)")
+    parser.add_argument("--seeds", type=_positive_int, metavar="K",
+                        help="--study chess-learning: train every contender with seeds 1..K, "
+                             "each on its own env seeds (default: 1)")
+    parser.add_argument("--steps", type=_positive_int, metavar="N",
+                        help="--study chess-learning: env steps every contender trains, unless "
+                             "--seconds ends it first (default: 1,048,576)")
     parser.add_argument("--work", type=_ints, metavar="K,K,...",
                         help="--study workload: the physics repeated K times per step "
                              "(default: 1,10,100,1000)")
