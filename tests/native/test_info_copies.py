@@ -4,8 +4,11 @@ mask) inside the step kernel, on its threads, as each env's step is done
 
 from __future__ import annotations
 
+from typing import NamedTuple
+
 import numpy as np
 import pytest
+from gymnasium import spaces
 
 import envfleet
 
@@ -112,3 +115,62 @@ def test_masks_the_caller_holds_never_change_on_two_threads(mode: str) -> None:
     for t, row in rows:
         np.testing.assert_array_equal(row, expected[t][7])
     assert len(addresses) < 24  # dropped masks' memory was written again
+
+
+class TallyParams(NamedTuple):
+    start: int
+
+
+@envfleet.kernel_function
+def _tally_reset(i, state, params, rng, obs):
+    state.count[i] = params.start
+    for a in range(2):
+        for b in range(3):
+            state.grid[i, a, b] = -1.0
+    obs[i, 0] = 0.0
+
+
+@envfleet.kernel_function
+def _tally_step(i, state, params, actions, rng, obs, rewards, terminated):
+    count = state.count[i] + actions[i] + 1
+    state.count[i] = count
+    for a in range(2):
+        for b in range(3):
+            state.grid[i, a, b] = np.float32(count * (a + 1) + b + i)
+    obs[i, 0] = np.float32(count)
+    rewards[i] = 0.0
+    terminated[i] = count >= 7 + i % 3
+
+
+#: a user family whose info columns hold one value per env and a 2 x 3 block per env
+TALLY = envfleet.NativeEnvSpec(
+    id="Tally-v0", observation_space=spaces.Box(0.0, 100.0, (1,), np.float32),
+    action_space=spaces.Discrete(2),
+    state={"count": (np.int64, ()), "grid": (np.float32, (2, 3))},
+    make_params=lambda: TallyParams(0), max_episode_steps=50, reset_one=_tally_reset,
+    step_one=_tally_step, info_columns=("count", "grid"))
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_info_columns_of_any_shape_are_copied_by_the_kernel(mode: str) -> None:
+    """The generated copy covers a column of one value per env (1-D) and of a block per env
+    (3-D), in order, on 2 threads: each step's info equals the copy=False twin's."""
+    envfleet.register_native_env(TALLY)
+    try:
+        n = 512  # the parallel kernel on 2 threads
+        envs = [envfleet.make("Tally-v0", n, backend="numba", num_threads=2, copy=copy,
+                              autoreset_mode=mode, seed=0) for copy in (True, False)]
+        assert envs[0].unwrapped.engine.active_threads == 2
+        for env in envs:
+            env.reset(seed=0)
+        rng = np.random.default_rng(0)
+        for _ in range(12):
+            actions = rng.integers(0, 2, n)
+            (*_, ours), (*_, twin) = (env.step(actions) for env in envs)
+            assert list(ours) == list(twin)
+            assert list(ours)[:4] == ["count", "_count", "grid", "_grid"]
+            for name in ("count", "grid"):
+                np.testing.assert_array_equal(ours[name], twin[name])
+                assert not np.shares_memory(ours[name], twin[name])
+    finally:
+        envfleet.unregister_native_env("Tally-v0")
