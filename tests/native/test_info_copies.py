@@ -1,6 +1,8 @@
-"""numba ``copy=True`` steps write the caller's copies of the info columns (Chess-v0's action
-mask) inside the step kernel, on its threads, as each env's step is done
-(``NumbaEngine.step(copy_info=True)``), instead of a serial copy of the whole buffer after it."""
+"""numba ``copy=True`` steps on 2+ threads write the caller's copies of the info columns
+(Chess-v0's action mask) inside the threaded step kernel, as each env's step is done
+(``NumbaEngine.step(copy_info=True)``), instead of a serial copy of the whole buffer after it;
+one thread copies after the kernel. Either way every row is written and the copies stay the
+caller's."""
 
 from __future__ import annotations
 
