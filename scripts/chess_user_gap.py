@@ -2,7 +2,9 @@
 outside the clock) at 512 boards, with the engine's spares (``copy=True`` outputs reusing the
 caller's dropped arrays) and without (every copy a fresh array, as before), in alternating
 rounds in one process. Per series: plies/s of the steps, the step's time split into the kernel
-and the copies handed out, and the minor page faults inside the step.
+and the copies handed out, and the minor page faults inside the step. With spares, the mask's
+copy is the step kernel's (``copy_info``: inside "kernel"); without, it is the serial copy
+after the kernel into a fresh array, as before both.
 
     python scripts/chess_user_gap.py [--num-envs 512] [--threads 2] [--seconds 1] [--rounds 5]
 
@@ -46,6 +48,9 @@ class Timed:
         engine = self.games.env.unwrapped.engine
         self.parts = {"kernel": 0.0, "copy": 0.0}
         step, copy = engine.step, (engine.copy if spares else (lambda a: a.copy()))
+        if not spares:  # the mask copied after the kernel (engine.copy), not by the kernel
+            env = self.games.env.unwrapped
+            env._copy_info, env._step_options = False, {}
 
         def timed(name: str, fn: Any) -> Any:
             def call(*args: Any, **kwargs: Any) -> Any:

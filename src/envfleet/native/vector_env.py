@@ -37,7 +37,9 @@ class Engine(Protocol):
     def step(self, actions: Any) -> int:
         """Validate then step every env; return how many episodes ended (SAME_STEP info).
         An engine with a true ``fresh_outputs`` also takes ``fresh=True``: write this step's
-        obs, rewards and flags into new arrays that become its buffers."""
+        obs, rewards and flags into new arrays that become its buffers. One with a true
+        ``copies_info`` also takes ``copy_info=True``: write copies of the info columns,
+        handed over by ``take_info_copies()``."""
 
     def ended_mask(self) -> Any:
         """Envs whose episode ended in the last step (terminated or truncated)."""
@@ -92,6 +94,10 @@ class NativeVectorEnv(VectorContract):
         self.copy = copy
         #: copy=True on an engine that can write each step into new arrays (no copy pass)
         self._fresh = copy and getattr(engine, "fresh_outputs", False)
+        #: copy=True on an engine whose step kernel copies the info columns (no copy pass)
+        self._copy_info = copy and getattr(engine, "copies_info", False)
+        self._step_options = {**({"fresh": True} if self._fresh else {}),
+                              **({"copy_info": True} if self._copy_info else {})}
         self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
         self.render_mode = None
         self._renderer: Any = None
@@ -154,14 +160,19 @@ class NativeVectorEnv(VectorContract):
         self._check_open()
         self._check_has_reset("step")
         e = self.engine
-        if self._fresh:  # the engine writes this step into new arrays: they are the copies
-            ended = e.step(actions, fresh=True)
+        ended = e.step(actions, **self._step_options)
+        if self._fresh:  # the engine wrote this step into new arrays: they are the copies
             obs, rewards, terminated, truncated = e.obs, e.rewards, e.terminated, e.truncated
         else:
-            ended = e.step(actions)
             obs, rewards = self._out(e.obs), self._out(e.rewards)
             terminated, truncated = self._out(e.terminated), self._out(e.truncated)
-        info: dict[str, Any] = self._state_info() if self.native_spec.info_columns else {}
+        info: dict[str, Any] = {}
+        if self._copy_info:  # the step kernel wrote the copies
+            for name, copy in zip(self.native_spec.info_columns, e.take_info_copies(),
+                                  strict=True):
+                info[name], info[f"_{name}"] = copy, self._info_true
+        elif self.native_spec.info_columns:
+            info = self._state_info()
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
             self._add_final(info, self._out(e.final_obs), e.ended_mask(), {})
         return obs, rewards, terminated, truncated, info
