@@ -9,6 +9,7 @@ from gymnasium.vector import AutoresetMode
 
 import envfleet
 import envfleet.memory
+from envfleet.native import numba_backend
 
 
 def rollout(env, steps: int = 60, seed: int = 0) -> list[np.ndarray]:
@@ -143,6 +144,25 @@ def test_bad_actions_are_refused_and_nothing_moves(actions, message) -> None:
     obs, *_ = env.step([1, 0, 1, 0])  # lists and other int dtypes are fine
     env.step(np.array([1, 0, 1, 0], dtype=np.uint8))
     assert obs.shape == (4, 4)
+
+
+@pytest.mark.parametrize("n", [600, numba_backend.SERIAL_CHECK_ENVS + 1000])
+@pytest.mark.parametrize("bad", [0, -1])
+def test_the_parallel_step_refuses_any_env_and_nothing_moves(n: int, bad: int) -> None:
+    """On 2 threads, actions checked on the calling thread (small batches) or in a parallel
+    region (large ones): either way the first bad env is named and no env moves."""
+    env = envfleet.make("CartPole-v1", n, seed=0, num_threads=2)
+    env.reset()
+    env.step(np.ones(n, dtype=np.int64))
+    before = [c.copy() for c in env.state]
+    actions = np.ones(n, dtype=np.int64)
+    actions[[bad, bad - 7]] = 3  # two bad envs: the lower index is named
+    first = min(bad % n, (bad - 7) % n)
+    with pytest.raises(ValueError, match=f"env {first}: 3 is not in Discrete"):
+        env.step(actions)
+    for col, old in zip(env.state, before, strict=True):
+        np.testing.assert_array_equal(col, old)
+    env.close()
 
 
 @pytest.mark.parametrize("backend", ["numba", "torch", "cuda", "serial"])

@@ -72,6 +72,9 @@ SPARES_PER_SHAPE = 3
 # array exploded into its fields (Breakout: ~115 pushed words per call): measured 221 -> 39 ns
 # per Breakout env-step on one thread.
 _RANGE_JIT = {"error_model": "numpy", "nogil": True, "_nrt": False, "forceinline": True}
+#: up to this many envs, a parallel step checks the actions on the calling thread: a few ns
+#: an env, against a second parallel region whose threads may have gone to sleep
+SERIAL_CHECK_ENVS = 2048
 _PARALLEL_JIT = {"parallel": True, "error_model": "numpy", "nogil": True, "forceinline": True}
 
 
@@ -155,13 +158,18 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     def step_parallel(chunks, n, state, actions, bounds, rng, max_steps, pending, obs,
                       rewards, terminated, truncated, final_obs, info_out, copy_info):
         size = (n + chunks - 1) // chunks
-        refused = 0
-        for c in prange(chunks):
-            if first_refused(c * size, min(n, (c + 1) * size), state, actions, bounds,
-                             pending) >= 0:
-                refused += 1
-        if refused:
-            return -1 - first_refused(0, n, state, actions, bounds, pending)
+        if n <= SERIAL_CHECK_ENVS:  # cheaper than waking the threads for a second region
+            bad = first_refused(0, n, state, actions, bounds, pending)
+            if bad >= 0:
+                return -1 - bad
+        else:
+            refused = 0
+            for c in prange(chunks):
+                if first_refused(c * size, min(n, (c + 1) * size), state, actions, bounds,
+                                 pending) >= 0:
+                    refused += 1
+            if refused:
+                return -1 - first_refused(0, n, state, actions, bounds, pending)
         ended = 0
         for c in prange(chunks):
             ended += step_range(c * size, min(n, (c + 1) * size), state, actions, rng,
