@@ -103,6 +103,39 @@ def test_pool_runs_the_python_chess_env():
     env.close()
 
 
+def test_pool_gives_the_boards_outputs_with_next_step_autoreset():
+    """The study's python-chess side as the trainer builds it (``make_envs``: the pool, NEXT_STEP,
+    zero-copy outputs) gives what the same boards (same seeds: same replies) give stepped by
+    hand, resets included: the pool adds nothing to the lock step above."""
+    from envfleet.bench.studies.e2e import train_args
+    from envfleet.train.envs import make_envs
+
+    n, seed, kwargs = 4, 3, {"opponent": "random", "observation": "planes", "max_plies": 30}
+    env = make_envs(train_args("Chess-v0", pychess_env.PYCHESS_IMPORT_ID, "pool", n, 1, 0,
+                               seed, kwargs), n, seed)
+    boards = [pychess_env.PyChessEnv(**kwargs) for _ in range(n)]
+    obs, info = env.reset(seed=seed)
+    outs = [b.reset(seed=seed + i) for i, b in enumerate(boards)]
+    assert np.array_equal(obs, np.stack([o for o, _ in outs]))
+    rng, pending, ends = np.random.default_rng(0), np.zeros(n, dtype=bool), 0
+    for _ in range(120):
+        actions = np.array([rng.choice(np.flatnonzero(m)) for m in info["action_mask"]])
+        obs, rewards, terminated, truncated, info = env.step(actions)
+        for i, board in enumerate(boards):
+            if pending[i]:
+                o, inf = board.reset()
+                r, term, trunc = 0.0, False, False
+            else:
+                o, r, term, trunc, inf = board.step(int(actions[i]))
+            assert np.array_equal(o, obs[i]), i
+            assert np.array_equal(inf["action_mask"], info["action_mask"][i]), i
+            assert (r, term, trunc) == (rewards[i], terminated[i], truncated[i]), i
+        pending = terminated | truncated
+        ends += pending.sum()
+    env.close()
+    assert ends >= 2 * n  # episodes ended and the boards were reset
+
+
 def test_openspiel_env_plays_chess_against_the_random_opponent():
     """The OpenSpiel contender: the agent (white) moves, the opponent replies, the game ends
     with OpenSpiel's returns or is truncated at Chess-v0's step budget."""
@@ -121,3 +154,66 @@ def test_openspiel_env_plays_chess_against_the_random_opponent():
             break
     assert truncated or (terminated and reward in (-1.0, 0.0, 1.0))
     assert env.steps <= 20
+
+
+def _train_a_little(env, args, iterations: int):
+    """``iterations`` of ``envfleet train``'s loop (collect, bookkeeping, update) on ``env``
+    from torch seed 0, on one torch thread as ``envfleet train`` runs (with more, the sums of
+    the legal-logits head's backward pass may add up in another order): the agent, the
+    episodes that ended and the steps that won or lost."""
+    import torch
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        return _train_loop(env, args, iterations)
+    finally:
+        torch.set_num_threads(threads)
+        env.close()
+
+
+def _train_loop(env, args, iterations: int):
+    """``_train_a_little``'s loop (``ppo.train``'s iterations, without its clocks and records)."""
+    import torch
+
+    from envfleet.train import ppo
+    from envfleet.train.bookkeeping import Bookkeeping, Clock
+
+    torch.manual_seed(0)
+    agent = ppo.build_agent(env, args)
+    optimizer = ppo.make_optimizer(agent, args)
+    obs, info = env.reset(seed=args.seed)
+    buf = ppo.make_rollout(args, agent, info, torch.device("cpu"))
+    books, clock = Bookkeeping.new(args), Clock()
+    generator = torch.Generator().manual_seed(0)
+    ended = decided = 0
+    for _ in range(iterations):
+        obs, info, _ = ppo.iterate(env, agent, optimizer, buf, books, obs, info, clock,
+                                   args=args, generator=generator, bounds=None,
+                                   torch_actions=False)
+        ended += int(buf.ended.sum())
+        decided += int((buf.rewards != 0).sum())
+    return agent, ended, decided
+
+
+def test_ppo_on_python_chess_in_lock_step_learns_bit_for_bit_as_on_native():
+    """What the trainer gets from python-chess is native Chess-v0's, in training: PPO's preset
+    (legal logits, planes, the random opponent) trained on python-chess boards whose opponent
+    replays the native replies ends with the parameters it gets on native Chess-v0, bit for
+    bit, and no observation, mask, reward or end differed on the way (the learning audit of
+    the chess-learning study; its 524k-step run: scripts/chess_learning_gap.py)."""
+    import torch
+
+    from envfleet.bench.studies.e2e import train_args
+    from envfleet.train import ppo
+
+    kwargs = {"opponent": "random", "observation": "planes", "max_plies": 60}
+    args = train_args("Chess-v0", "Chess-v0", "numba", 32, 1, 0, 7, kwargs)
+    native, ended, decided = _train_a_little(ppo.make_envs(args, 32, args.seed), args, 8)
+    lockstep = pychess_env.LockstepVectorEnv(32, args.seed, **kwargs)
+    twin, *counts = _train_a_little(lockstep, args, 8)
+    assert lockstep.mismatches == []
+    assert counts == [ended, decided]  # (129 ended, 3 of them won or lost)
+    assert ended > 100 and decided > 0
+    ours, theirs = native.state_dict(), twin.state_dict()
+    assert all(torch.equal(ours[k], theirs[k]) for k in ours)

@@ -13,10 +13,15 @@ env's (its counter-based generator); ``reply`` can be replaced to replay given r
 
 Registered with Gymnasium as ``PYCHESS_ID`` (``envfleet.make(PYCHESS_IMPORT_ID, n,
 backend="pool")`` imports this module in each worker).
+
+``LockstepVectorEnv``: python-chess boards played in lock step with a native Chess-v0 twin (the
+opponent replaying the twin's replies), giving python-chess's outputs and counting every one
+that differs from the twin's: PPO trained on it must end with native's parameters bit for bit.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 import chess
@@ -200,6 +205,107 @@ class PyChessEnv(gymnasium.Env):
         obs, info = self._observe()
         # as Chess-v0: truncated once the step budget is used, whether or not the game ended
         return obs, reward, end != "ongoing", self.steps >= self.max_steps, info
+
+
+# --- lock step with native Chess-v0 (the learning audit) ------------------------------------
+
+
+def native_reply(native: Any, i: int) -> Callable[[chess.Board], chess.Move]:
+    """A ``PyChessEnv.reply`` that plays native board ``i``'s random reply of the native step
+    just taken (``native``: a numba Chess-v0): the legal move that leaves python-chess's
+    bitboards equal to the native board's."""
+
+    def reply(board: chess.Board) -> chess.Move:
+        state = native.engine.state
+        want = (*map(int, state.pieces[i]), *map(int, state.colors[i]))
+        occupied, theirs = want[6] | want[7], want[6 if board.turn == chess.WHITE else 7]
+        for move in board.legal_moves:  # to a square the mover holds now, from an empty one
+            if not theirs >> move.to_square & 1 or occupied >> move.from_square & 1:
+                continue
+            board.push(move)
+            got = (board.pawns, board.knights, board.bishops, board.rooks, board.queens,
+                   board.kings, board.occupied_co[chess.WHITE], board.occupied_co[chess.BLACK])
+            board.pop()
+            if got == want:
+                return move
+        raise AssertionError(f"board {i}: no legal move of {board.fen()} reaches the native "
+                             f"board {native.fen(i)}")
+
+    return reply
+
+
+class LockstepVectorEnv(gymnasium.vector.VectorEnv):
+    """``num_envs`` ``PyChessEnv`` boards stepped in lock step with a native Chess-v0 twin
+    (numba, one thread) on the same actions, each board's opponent replaying the twin's reply
+    (``native_reply``): what a trainer gets is python-chess's (NEXT_STEP autoreset, as the
+    pool gives it), and every observation, mask, reward and end that differs from the twin's is
+    recorded in ``mismatches`` (step, output, boards). Opponent mode only (``opponent="random"``
+    is set); other keyword arguments go to both sides."""
+
+    metadata: ClassVar[dict[str, Any]] = {
+        "autoreset_mode": gymnasium.vector.AutoresetMode.NEXT_STEP}
+
+    def __init__(self, num_envs: int, seed: int | None = None, **kwargs: Any) -> None:
+        import envfleet
+
+        kwargs["opponent"] = "random"
+        self.native = envfleet.make("Chess-v0", num_envs, seed=seed, num_threads=1, **kwargs)
+        self.num_envs = num_envs
+        for name in ("single_observation_space", "single_action_space", "observation_space",
+                     "action_space"):
+            setattr(self, name, getattr(self.native, name))
+        self.boards = [PyChessEnv(**kwargs) for _ in range(num_envs)]
+        for i, board in enumerate(self.boards):
+            board.reply = native_reply(self.native, i)
+        self.pending = np.zeros(num_envs, dtype=bool)
+        self.steps = 0
+        self.mismatches: list[tuple[int, str, list[int]]] = []
+
+    def _compare(self, ours: dict[str, np.ndarray], twin: dict[str, np.ndarray]) -> None:
+        for name, value in ours.items():
+            differ = (value != twin[name]).reshape(self.num_envs, -1).any(1)
+            if differ.any():
+                self.mismatches.append((self.steps, name, np.flatnonzero(differ).tolist()))
+
+    def reset(self, *, seed: int | None = None, options: dict[str, Any] | None = None
+              ) -> tuple[np.ndarray, dict[str, Any]]:
+        if options:
+            raise ValueError("LockstepVectorEnv.reset takes no options (the start position)")
+        obs_twin, info_twin = self.native.reset(seed=seed)
+        outs = [b.reset(seed=None if seed is None else seed + i)
+                for i, b in enumerate(self.boards)]
+        obs = np.stack([o for o, _ in outs])
+        mask = np.stack([info["action_mask"] for _, info in outs])
+        self._compare({"obs": obs, "action_mask": mask},
+                      {"obs": obs_twin, "action_mask": info_twin["action_mask"]})
+        self.pending[:] = False
+        return obs, {"action_mask": mask}
+
+    def step(self, actions: Any) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray,
+                                          dict[str, Any]]:
+        twin = self.native.step(actions)  # first: the replies are read from its boards
+        outs = []
+        for i, board in enumerate(self.boards):
+            if self.pending[i]:  # NEXT_STEP: this step only resets the board
+                obs, info = board.reset()
+                outs.append((obs, 0.0, False, False, info))
+            else:
+                outs.append(board.step(int(actions[i])))
+        self.steps += 1
+        ours = {"obs": np.stack([o[0] for o in outs]),
+                "reward": np.array([o[1] for o in outs], dtype=twin[1].dtype),
+                "terminated": np.array([o[2] for o in outs]),
+                "truncated": np.array([o[3] for o in outs]),
+                "action_mask": np.stack([o[4]["action_mask"] for o in outs])}
+        self._compare(ours, {"obs": twin[0], "reward": twin[1], "terminated": twin[2],
+                             "truncated": twin[3], "action_mask": twin[4]["action_mask"]})
+        self.pending = ours["terminated"] | ours["truncated"]
+        return (ours["obs"], ours["reward"], ours["terminated"], ours["truncated"],
+                {"action_mask": ours["action_mask"]})
+
+    def close(self, **kwargs: Any) -> None:
+        self.native.close()
+
 
 def register() -> None:
     """Register ``PYCHESS_ID`` with Gymnasium (once)."""
