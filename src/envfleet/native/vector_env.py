@@ -147,12 +147,16 @@ class NativeVectorEnv(VectorContract):
         Called after every other check, before the engine resets anything."""
         return None
 
-    def _state_info(self) -> dict[str, Any]:
-        """``info`` entries for the spec's ``info_columns`` (with Gymnasium's ``_key`` masks)."""
+    def _state_info(self, values: Any = None) -> dict[str, Any]:
+        """``info`` entries for the spec's ``info_columns`` (with Gymnasium's ``_key`` masks):
+        ``values`` in the columns' order (the step kernel's copies), else the engine's columns
+        as handed out (``_out``)."""
+        names = self.native_spec.info_columns
+        if values is None:
+            values = [self._out(getattr(self.engine.state, name)) for name in names]
         info: dict[str, Any] = {}
-        for name in self.native_spec.info_columns:
-            info[name] = self._out(getattr(self.engine.state, name))
-            info[f"_{name}"] = self._info_true
+        for name, value in zip(names, values, strict=True):
+            info[name], info[f"_{name}"] = value, self._info_true
         return info
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -167,12 +171,8 @@ class NativeVectorEnv(VectorContract):
             obs, rewards = self._out(e.obs), self._out(e.rewards)
             terminated, truncated = self._out(e.terminated), self._out(e.truncated)
         info: dict[str, Any] = {}
-        if self._copy_info:  # the step kernel wrote the copies
-            for name, copy in zip(self.native_spec.info_columns, e.take_info_copies(),
-                                  strict=True):
-                info[name], info[f"_{name}"] = copy, self._info_true
-        elif self.native_spec.info_columns:
-            info = self._state_info()
+        if self.native_spec.info_columns:  # with _copy_info, the step kernel wrote the copies
+            info = self._state_info(e.take_info_copies() if self._copy_info else None)
         if self.autoreset_mode is AutoresetMode.SAME_STEP and ended:
             self._add_final(info, self._out(e.final_obs), e.ended_mask(), {})
         return obs, rewards, terminated, truncated, info
