@@ -33,7 +33,8 @@ fresh process (no shared JIT, thread pools or warm caches):
   epochs, lr 5e-3 annealed linearly, gamma 0.99, lambda 0.95, clip 0.2, ent_coef 0.01, the
   value loss weighted alike (SB3's vf_coef 0.25: its loss is the mean squared error, envfleet's
   half of it), separate 64-64 ReLU actor and critic MLPs on the flattened planes, orthogonal
-  init with the same gains, Adam eps 1e-5, advantages normalised per minibatch) on the reference env
+  init with the same gains, Adam eps 1e-5, advantages normalised per minibatch, the preset's
+  torch threads) on the reference env
   (``minatar.gym.BaseEnv``: ``MinAtar/<Game>-v1``, the ``minatar`` package's Gymnasium id, in
   a DummyVecEnv), measured as ``sb3-zoo`` is (its evaluations: 100 greedy episodes on 100
   reference envs).
@@ -197,7 +198,9 @@ def run_sb3(env_id: str, seed: int, facade: bool, time_limit: float) -> dict[str
 
     bench = BENCHES[env_id]
     num_envs = ZOO_NUM_ENVS[env_id]
-    torch.set_num_threads(1)  # SB3 on 2 cores is no faster with 2 torch threads
+    # envfleet's preset's torch threads: 1 for the classic envs (SB3's small minibatches are no
+    # faster with 2), 2 for MinAtar (SB3's step 32 -> 25-29 us with 2, its 1024-sample matmuls)
+    torch.set_num_threads(preset(env_id).get("torch_threads", 1))
     minatar = env_id in MINATAR_TARGETS
     if minatar:  # the reference's MinAtar/<Game>-vN ids (minatar.gym.register_envs)
         import envfleet.envs.minatar.reference  # noqa: F401

@@ -308,6 +308,12 @@ def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lam
     return advantages
 
 
+def rows(t: torch.Tensor | None, index: torch.Tensor | None) -> torch.Tensor | None:
+    """``t``'s rows at ``index`` (all of them for None; None for no ``t``): ``index_select``,
+    ~4x faster on CPU than ``t[index]`` for a minibatch of observations."""
+    return t if t is None or index is None else t.index_select(0, index)
+
+
 def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: Args,
            reward_scale: float, generator: torch.Generator, epochs: int | None = None
            ) -> dict[str, float]:
@@ -331,37 +337,38 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
 
         # keep transitions only: the reset steps never enter the loss
         keep = buf.valid.flatten().nonzero().squeeze(1)
-        b_x, b_actions = x[keep], actions[keep]
-        b_masks = None if masks is None else masks[keep]
-        b_logprobs, b_adv = old_logprobs[keep], advantages.flatten()[keep]
-        b_returns, b_values = returns.flatten()[keep], values[:-1].flatten()[keep]
+        b_x, b_actions, b_masks = rows(x, keep), rows(actions, keep), rows(masks, keep)
+        b_logprobs, b_adv = rows(old_logprobs, keep), rows(advantages.flatten(), keep)
+        b_returns, b_values = rows(returns.flatten(), keep), rows(values[:-1].flatten(), keep)
 
     size = keep.shape[0]
     mb_size = max(1, math.ceil(size / args.num_minibatches))
     minibatch_steps = 0
     for _epoch in range(args.update_epochs if epochs is None else epochs):
-        minibatches = [slice(None)]  # one minibatch: the whole batch, no shuffle nor gather
+        minibatches = [None]  # one minibatch: the whole batch, no shuffle nor gather
         if args.num_minibatches > 1:
             order = torch.randperm(size, generator=generator).to(b_x.device)
             minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
         for mb in minibatches:
             newlogprob, entropy, newvalue = agent.get_action_and_value(
-                b_x[mb], b_actions[mb], None if b_masks is None else b_masks[mb],
+                rows(b_x, mb), rows(b_actions, mb), rows(b_masks, mb),
                 with_entropy=args.ent_coef != 0)
-            logratio = newlogprob - b_logprobs[mb]
+            logratio = newlogprob - rows(b_logprobs, mb)
             ratio = logratio.exp()
-            adv = b_adv[mb]
+            adv = rows(b_adv, mb)
             if args.norm_adv and adv.numel() > 1:
                 adv = (adv - adv.mean()) / (adv.std() + 1e-8)
             pg_loss = torch.max(-adv * ratio,
                                 -adv * ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef)).mean()
+            mb_returns = rows(b_returns, mb)
             if args.clip_vloss:
-                v_clipped = b_values[mb] + (newvalue - b_values[mb]).clamp(-args.clip_coef,
-                                                                           args.clip_coef)
-                v_loss = 0.5 * torch.max((newvalue - b_returns[mb]) ** 2,
-                                         (v_clipped - b_returns[mb]) ** 2).mean()
+                mb_values = rows(b_values, mb)
+                v_clipped = mb_values + (newvalue - mb_values).clamp(-args.clip_coef,
+                                                                     args.clip_coef)
+                v_loss = 0.5 * torch.max((newvalue - mb_returns) ** 2,
+                                         (v_clipped - mb_returns) ** 2).mean()
             else:
-                v_loss = 0.5 * ((newvalue - b_returns[mb]) ** 2).mean()
+                v_loss = 0.5 * ((newvalue - mb_returns) ** 2).mean()
             loss = pg_loss + args.vf_coef * v_loss
             if entropy is not None:
                 entropy_loss = entropy.mean()
