@@ -12,6 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+import torch
 
 import envfleet
 from envfleet.cli import main
@@ -31,6 +32,7 @@ def test_presets_are_purejaxrls_with_the_papers_targets():
                 p["hidden_sizes"], p["activation"]) == (
             64, 128, 8, 4, 5e-3, 0.99, 0.95, 0.01, (64, 64), "relu")
         assert p["target_return"] == target and p["total_steps"] == 5_000_000
+        assert p["torch_threads"] == 2  # the update's matmuls on both cores (the env idles)
         # the Gymnasium form of the id gets the same preset
         assert preset("envfleet/" + env_id.replace("/", "-")) == p
 
@@ -74,6 +76,26 @@ def test_video_frame_leaves_large_uint8_frames_alone():
     frame = np.arange(400 * 600 * 3, dtype=np.uint8).reshape(400, 600, 3)
     assert np.array_equal(video_frame(frame), frame)
     assert video_frame(np.ones((10, 20, 3))).shape == (160, 320, 3)
+
+
+def test_torch_threads_are_at_most_the_usable_cores(monkeypatch):
+    """More spinning torch threads than cores would starve the loop: train caps them."""
+    monkeypatch.setattr(ppo, "usable_cores", lambda: 1)
+    before = torch.get_num_threads()
+    try:
+        ppo.train(ppo.Args(env_id=GAMES[0], num_envs=2, num_steps=8, total_steps=16,
+                           eval_every=0, eval_episodes=1, ideal_every=0, torch_threads=2))
+        assert torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_rows_is_indexing():
+    """``ppo.rows``, the update's minibatch gather: the same rows as ``t[index]``."""
+    t = torch.arange(24.0).reshape(8, 3)
+    index = torch.tensor([5, 0, 7, 5])
+    assert torch.equal(ppo.rows(t, index), t[index])
+    assert ppo.rows(t, None) is t and ppo.rows(None, index) is None
 
 
 def test_the_races_sb3_ppo_has_envfleets_settings_on_the_reference_env(monkeypatch):

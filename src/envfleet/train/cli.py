@@ -257,7 +257,7 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
                         help="episodes per evaluation, played at once "
                              f"({preset_defaults('eval_episodes')})")
     parser.add_argument("--torch-threads", type=_positive_int,
-                        help="torch intra-op threads "
+                        help="torch intra-op threads, at most the usable cores "
                              f"({preset_defaults('torch_threads')})")
     parser.add_argument("--device", help="torch device of the agent (default: cpu)")
     parser.add_argument("--opponent", help="Chess-v0's opponent (default: random)")
@@ -449,15 +449,16 @@ def run_train(options: argparse.Namespace) -> int:
     # starve torch on a small machine; passive waiting costs a one-thread torch nothing (set
     # before torch loads). Torch's own threads must spin: woken per op, 2 of them made MinAtar's
     # learner 1.3x slower than 1 thread instead of 1.6x faster
+    from envfleet.machine import background_load, cpu_seconds, usable_cores
+
     torch_threads = options.torch_threads or preset(options.env).get(
         "torch_threads", args_defaults()["torch_threads"])
-    if torch_threads == 1:
+    if min(torch_threads, usable_cores()) == 1:  # what ppo.train sets
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     import envfleet
-    from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
     from envfleet.train.envs import EnvBuildError, UnsupportedSpaceError
 

@@ -23,6 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
+from envfleet.machine import usable_cores
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
 from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions, make_envs, warm_up
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
@@ -88,7 +89,8 @@ class Args:
     log_std_init: float = 0.0
     """initial log-std of the Gaussian policy (Box actions; 0: std 1, as CleanRL and SB3)"""
     torch_threads: int = 1
-    """torch intra-op threads (small MLPs on CPU: 1 avoids thread hand-offs)"""
+    """torch intra-op threads, at most the usable cores (small MLPs on CPU: 1 avoids thread
+    hand-offs; more spinning threads than cores would starve the loop)"""
     env_threads: int | None = 1
     """numba threads of a numba env (None: numba's; more spin idle and starve torch's core)"""
     device: str = "cpu"
@@ -429,7 +431,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     and the summary as far as they got (``stop_reason`` "interrupted"); before that (building
     the envs, JIT compiling) it propagates.
     """
-    torch.set_num_threads(args.torch_threads)
+    torch.set_num_threads(min(args.torch_threads, usable_cores()))
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     generator = torch.Generator().manual_seed(args.seed)
