@@ -3,7 +3,8 @@
 # tests on the real GPU (agreement with the numba backend, which matches Gymnasium bit for bit;
 # rollouts; chess), the per-call sweep of cuda and torch with gymnax as a peer (python -m
 # envfleet.bench.gpu; pgx on request), the tpb study and the numba threads sweep of the host
-# (scripts/threads_check.py). Writes JSON lines, Markdown
+# (scripts/threads_check.py); on request (GPU_CHECK_PARTS=minatar, ~1-2 minutes a game) MinAtar
+# per call on cuda with gymnax on JAX's GPU backend as the peer. Writes JSON lines, Markdown
 # naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
 #
 # Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
@@ -52,7 +53,13 @@ for p in ${parts//,/ }; do
         --num-envs 1000,100000,1000000,10000000 --repeats 1 --seconds 0.3 --out "$out/tpb" ;;
     threads) part threads 100 "$py" scripts/threads_check.py --seconds 0.4 \
         --out "$out/threads_check.jsonl" ;;
-    *) echo "unknown part $p (parts: tests, sweep, tpb, threads)"; exit 2 ;;
+    minatar) for game in Breakout Asterix Freeway SpaceInvaders Seaquest; do
+        JAX_PLATFORMS=${JAX_PLATFORMS:-cuda} part "minatar-$game" 120 "$py" -m envfleet bench \
+            --env "MinAtar/$game-v1" --backends "${MINATAR_BACKENDS:-cuda,gymnax}" \
+            --num-envs "${MINATAR_NUM_ENVS:-4096,65536,1048576}" --seconds 1 \
+            --out "$out/minatar"
+    done ;;
+    *) echo "unknown part $p (parts: tests, sweep, tpb, threads, minatar)"; exit 2 ;;
     esac
 done
 cat "$out/parts.txt"
