@@ -107,7 +107,8 @@ STATE: dict[str, tuple[type, tuple[int, ...]]] = {
 @kernel_function
 def clear_table(i: int, table: Any, counts: Any) -> None:
     """``lst = []``: no entries, every slot zero (the used ones zeroed: the slots past the count
-    are zero already, module doc; zeroing all 1,000 bytes of the tables was ~1/3 of a reset)."""
+    are zero already, module doc; zeroing all 1,000 bytes of the tables at every reset made a
+    random-play step 85.5 instead of 80.3 ns, episodes ~31 steps)."""
     for k in range(counts[i]):
         for f in range(table.shape[2]):
             table[i, k, f] = 0
