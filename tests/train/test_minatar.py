@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import math
+import os
 import sys
 from pathlib import Path
 
@@ -88,6 +89,24 @@ def test_torch_threads_are_at_most_the_usable_cores(monkeypatch):
         assert torch.get_num_threads() == 1
     finally:
         torch.set_num_threads(before)
+
+
+@pytest.mark.parametrize("threads, passive", [(None, False), ("1", True)])
+def test_the_cli_lets_torchs_own_threads_spin(threads, passive, monkeypatch, tmp_path):
+    """``envfleet train`` asks OpenMP for passive waiting only when torch runs one thread: woken
+    per op, the preset's 2 threads ran MinAtar's learner slower than 1."""
+    import envfleet.machine
+
+    monkeypatch.setenv("OMP_WAIT_POLICY", "")  # restored (or removed) after the test
+    monkeypatch.delenv("OMP_WAIT_POLICY")
+    monkeypatch.setattr(envfleet.machine, "usable_cores", lambda: 2)
+    flags = [] if threads is None else ["--torch-threads", threads]
+    before = torch.get_num_threads()
+    try:
+        assert main(["train", GAMES[0], *TINY, *flags]) == 0
+    finally:
+        torch.set_num_threads(before)
+    assert (os.environ.get("OMP_WAIT_POLICY") == "PASSIVE") == passive
 
 
 def test_rows_is_indexing():
