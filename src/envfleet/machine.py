@@ -20,6 +20,12 @@ def usable_cores() -> int:
     return len(usable_core_ids()) or os.cpu_count() or 1
 
 
+def capped_threads(requested: int) -> int:
+    """``requested`` threads, at most the usable cores: more spinning threads than cores
+    starve each other (torch's, in ``envfleet train``)."""
+    return min(requested, usable_cores())
+
+
 def tree_cpu_seconds(root: int | None = None) -> float | None:
     """CPU seconds used so far by process ``root`` (default: this one) and every live
     descendant (worker processes, a forkserver and its children), read from /proc."""

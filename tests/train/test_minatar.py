@@ -81,7 +81,9 @@ def test_video_frame_leaves_large_uint8_frames_alone():
 
 def test_torch_threads_are_at_most_the_usable_cores(monkeypatch):
     """More spinning torch threads than cores would starve the loop: train caps them."""
-    monkeypatch.setattr(ppo, "usable_cores", lambda: 1)
+    import envfleet.machine
+
+    monkeypatch.setattr(envfleet.machine, "usable_cores", lambda: 1)
     before = torch.get_num_threads()
     try:
         ppo.train(ppo.Args(env_id=GAMES[0], num_envs=2, num_steps=8, total_steps=16,

@@ -294,8 +294,20 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> None:
 
 def build_args(options: argparse.Namespace) -> Any:
     """``ppo.Args`` from the preset of ``options.env`` and the flags given."""
+    return args_from(build_settings(options))
+
+
+def args_from(settings: dict[str, Any]) -> Any:
+    """``ppo.Args`` of ``build_settings``' settings (the ones it has a field for)."""
     from envfleet.train.ppo import Args
 
+    known = {f.name for f in fields(Args)}
+    return Args(**{k: v for k, v in settings.items() if k in known})
+
+
+def build_settings(options: argparse.Namespace) -> dict[str, Any]:
+    """The run's settings: the preset of ``options.env``, then the flags given (without
+    importing torch: ``run_train`` sets OpenMP's wait policy from them first)."""
     settings = {**args_defaults(), **preset(options.env)}
     minibatch_size = _minibatch_size(settings)
     epochs, gradient_steps = (settings["update_epochs"],
@@ -321,8 +333,7 @@ def build_args(options: argparse.Namespace) -> Any:
     for key in ("opponent", "agent_color"):
         if getattr(options, key, None) is not None:
             settings.setdefault("env_kwargs", {})[key] = getattr(options, key)
-    known = {f.name for f in fields(Args)}
-    return Args(**{k: v for k, v in settings.items() if k in known})
+    return settings
 
 
 def resolve_backend(env_id: str, backend: str) -> str:
@@ -449,11 +460,10 @@ def run_train(options: argparse.Namespace) -> int:
     # starve torch on a small machine; passive waiting costs a one-thread torch nothing (set
     # before torch loads). Torch's own threads must spin: woken per op, 2 of them made MinAtar's
     # learner 1.3x slower than 1 thread instead of 1.6x faster
-    from envfleet.machine import background_load, cpu_seconds, usable_cores
+    from envfleet.machine import background_load, capped_threads, cpu_seconds
 
-    torch_threads = options.torch_threads or preset(options.env).get(
-        "torch_threads", args_defaults()["torch_threads"])
-    if min(torch_threads, usable_cores()) == 1:  # what ppo.train sets
+    settings = build_settings(options)
+    if capped_threads(settings["torch_threads"]) == 1:  # what ppo.train sets
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
@@ -463,7 +473,7 @@ def run_train(options: argparse.Namespace) -> int:
     from envfleet.train.envs import EnvBuildError, UnsupportedSpaceError
 
     _check_device(options.device)
-    args = build_args(options)
+    args = args_from(settings)
     highest = max(args.num_envs, ppo.EVAL_SEED_OFFSET + args.eval_episodes)  # seeds: seed + i
     if args.seed + highest > 2**64:
         raise CommandError(f"--seed {args.seed} is too large: the training envs are seeded seed + "

@@ -23,7 +23,7 @@ import numpy as np
 import torch
 from torch import nn
 
-from envfleet.machine import usable_cores
+from envfleet.machine import capped_threads
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
 from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions, make_envs, warm_up
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
@@ -431,7 +431,7 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     and the summary as far as they got (``stop_reason`` "interrupted"); before that (building
     the envs, JIT compiling) it propagates.
     """
-    torch.set_num_threads(min(args.torch_threads, usable_cores()))
+    torch.set_num_threads(capped_threads(args.torch_threads))
     torch.manual_seed(args.seed)
     device = torch.device(args.device)
     generator = torch.Generator().manual_seed(args.seed)
