@@ -45,7 +45,8 @@ for p in ${parts//,/ }; do
     case $p in
     tests) part tests 230 "$py" -m pytest -q -rf -p no:cacheprovider \
         tests/native/test_cuda_backend.py tests/envs/test_classic_cuda.py \
-        tests/native/test_rollout.py tests/envs/chess/test_cuda_chess.py \
+        tests/native/test_rollout.py tests/native/test_torch_backend.py \
+        tests/envs/chess/test_cuda_chess.py \
         tests/envs/chess/test_packed.py::test_cuda_packed_matches_numba ;;
     sweep) part sweep "$(awk "BEGIN{print int(450*$scale)}")" \
         "$py" -m envfleet.bench.gpu --out "$out" --scale "$scale" ;;

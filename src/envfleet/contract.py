@@ -106,7 +106,14 @@ def on_episode_end(mode: AutoresetMode) -> str:
 
 def begin_episodes(rewards: Any, terminated: Any, truncated: Any, rows: Any) -> None:
     """The outputs of envs ``rows`` whose step was a reset (NEXT_STEP's reset step, a lost
-    share's new envs): reward 0, both flags down. NumPy arrays and torch tensors alike."""
+    share's new envs): reward 0, both flags down. NumPy arrays and torch tensors alike; ``rows``
+    may also be a bool tensor over the batch (filled through the mask: no index is read back,
+    so a GPU step can be captured)."""
+    if hasattr(rewards, "masked_fill_") and str(getattr(rows, "dtype", "")) == "torch.bool":
+        rewards.masked_fill_(rows, 0)
+        terminated.masked_fill_(rows, False)
+        truncated.masked_fill_(rows, False)
+        return
     rewards[rows] = 0
     terminated[rows] = False
     truncated[rows] = False

@@ -287,9 +287,9 @@ def test_steps_replay_a_captured_graph_on_a_gpu():
     nenv.reset()
     for t in range(5):
         assert_same(cenv.step(actions_at(t, n))[0], nenv.step(actions_at(t, n))[0], f"obs {t}")
-    step = cenv.engine._captured.get("step")
+    step = cenv.engine.replay.entries.get("step")
     if SIMULATOR:
-        assert cenv.engine.graphs is False and step is None
+        assert cenv.engine.replay.enabled is False and step is None
     else:
         import torch
 

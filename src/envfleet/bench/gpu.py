@@ -102,11 +102,10 @@ def per_call(call: Callable[[], Any], sync: Callable[[], Any], min_s: float = 0.
 
 
 def captured(env: Any, what: str) -> bool:
-    """Whether ``env``'s cuda engine replays a captured graph for ``what`` (the step, or a
-    rollout), rather than launching it."""
-    done = getattr(env.engine, "_captured", {})
-    return any(not isinstance(v, int) for k, v in done.items()
-               if k == what or (isinstance(k, tuple) and k[0] == what))
+    """Whether ``env``'s engine replays a captured graph for ``what`` (the step, or a rollout),
+    rather than launching it."""
+    replay = getattr(env.engine, "replay", None)
+    return replay is not None and replay.captured(what)
 
 
 def _release() -> None:
@@ -128,12 +127,14 @@ def _actions(env: Any, n: int, count: int = 4) -> list[Any]:
 
 
 def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> None:
-    """Per-call step time of cuda (graphs on/off, copy on/off) and torch on the GPU."""
+    """Per-call step time of cuda (graphs on/off, copy on/off) and torch on the GPU (graphs
+    on/off)."""
 
     import envfleet
 
     variants = [("cuda", {"copy": False}, "1"), ("cuda", {"copy": True}, "1"),
-                ("cuda", {"copy": False}, "0"), ("torch", {"device": DEVICE, "copy": False}, "1")]
+                ("cuda", {"copy": False}, "0"), ("torch", {"device": DEVICE, "copy": False}, "1"),
+                ("torch", {"device": DEVICE, "copy": False}, "0")]
     if part != "cartpole":  # the other families: the default path and the torch backend
         variants = [variants[0], variants[3]]
     for backend, options, graphs in variants:

@@ -175,15 +175,16 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
 
 @tensor_math.takes_arrays
 def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
-    """Reset the envs where ``mask`` is set (``rng`` already advanced for them); the torch
-    engine hands over only those envs, so each draws its 4 numbers and nothing else does."""
+    """Reset the envs where ``mask`` is set (``rng`` already advanced for them); on the host
+    the torch engine hands over only those envs, so each draws its 4 numbers and nothing else
+    does. On a device the mask is applied without reading it back (capturable)."""
     fresh = env_uniforms_torch(rng, 4, params.reset_low, params.reset_high)  # (m, 4)
     if tensor_math.on_host(fresh):
         if not isinstance(obs, np.ndarray):
             fresh, mask, state, obs = tensor_math.host_arrays((fresh, mask, state, obs))
         if not mask.all():
             fresh = np.where(mask[:, None], fresh, np.stack(state, axis=1))
-    elif not bool(mask.all()):
+    else:
         import torch
 
         fresh = torch.where(mask.unsqueeze(1), fresh, torch.stack(tuple(state), dim=1))

@@ -19,9 +19,8 @@ from __future__ import annotations
 
 import contextlib
 import functools
-import os
 import warnings
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
@@ -36,6 +35,7 @@ from envfleet.native.driver import (
     refused_step_error,
     valid_actions,
 )
+from envfleet.native.graphs import Replay, graphs_wanted
 from envfleet.native.jit import announce_compile
 from envfleet.native.numba_backend import as_numpy_actions
 from envfleet.native.spec import PARAMS, NativeEnvSpec, first_env_params, split_params
@@ -49,12 +49,6 @@ SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 # refusal happened (-1: none); STEPS, the steps run since the arming. A refusal is sticky: from
 # the refused step on, no env moves until the counter is armed again.
 REFUSED, ENDED, REFUSED_AT, STEPS = 0, 1, 2, 3
-
-
-def _uses_graphs() -> bool:
-    """Whether steps replay a captured CUDA graph (real GPUs; ``ENVFLEET_CUDA_GRAPHS=0`` turns
-    it off, e.g. to compare)."""
-    return not SIMULATOR and os.environ.get("ENVFLEET_CUDA_GRAPHS", "1") != "0"
 
 
 @functools.cache
@@ -239,12 +233,9 @@ class CudaEngine:
         self._counters_host = torch.zeros(4, dtype=torch.int64, pin_memory=not SIMULATOR)
         self._counters_view = self._counters_host.numpy()
         self._streams: dict[int, Any] = {}  # numba's handle of each torch stream used
-        #: per enqueued work (the step, each row map): calls so far, -1 (never captured) or
-        #: its captured CUDA graph (``run_captured``)
-        self._captured: dict[Any, Any] = {}
+        #: the enqueued work (the step, each row map, rollouts), replayed as CUDA graphs on a GPU
+        self.replay = Replay(not SIMULATOR and graphs_wanted())
         self._row_outputs: dict[Any, Any] = {}  # map_rows' output buffer per (fn, dtype)
-        #: whether steps and rollouts replay captured CUDA graphs
-        self.graphs = _uses_graphs()
         self._announced = False
 
         # The user-facing views: torch tensors over the same memory.
@@ -352,34 +343,8 @@ class CudaEngine:
 
     def step(self, actions: Any) -> int:
         self.load_actions(actions)
-        self.run_captured("step", self._enqueue_counted_step)
+        self.replay.run("step", self._enqueue_counted_step)
         return self._read_counters("")
-
-    def run_captured(self, key: Any, work: Callable[[], None]) -> None:
-        """Enqueue ``work`` (stream operations only, on buffers that never move): launched on
-        its first two calls (the first compiles), then captured once as a CUDA graph that later
-        calls replay, where graphs are on. Where capture fails, it stays launched (warned)."""
-        done = self._captured.get(key, 0)
-        if not isinstance(done, int):
-            done.replay()
-            return
-        work()
-        if not self.graphs or done < 0:
-            return
-        if done == 0:
-            self._captured[key] = 1
-            return
-        torch.cuda.current_stream().synchronize()
-        try:
-            self._captured[key] = capture(work)
-        except Exception as error:  # any capture failure: keep launching
-            warnings.warn(f"envfleet cuda: {key} is launched, not replayed (CUDA graph capture "
-                          f"failed: {error})", RuntimeWarning, stacklevel=3)
-            self._captured[key] = -1
-
-    def forget(self, key: Any) -> None:
-        """Drop ``run_captured``'s graph (or count) for ``key``."""
-        self._captured.pop(key, None)
 
     def map_rows(self, row_fn: Any, dtype: Any) -> torch.Tensor:
         """A family's per-row kernel function ``row_fn(i, state, rng)`` over every env, one
@@ -393,7 +358,7 @@ class CudaEngine:
             with _quiet_simulator():
                 row_map(row_fn)[self._launch()](self.num_envs, self._state, self._rng, out)
 
-        self.run_captured(key, work)
+        self.replay.run(key, work)
         return as_tensor(out).clone()
 
     def read_state(self, name: str, i: int) -> Any:
@@ -425,15 +390,8 @@ class CudaEngine:
                      "_truncated", "_pending", "_rng", "_all", "_mask", "_seeds", "_counters",
                      "_counters_tensor", "_armed", "_armed_array", "_saved", "_saved_tensor"):
             setattr(self, name, None)
-        self._captured, self._row_outputs = {}, {}
-
-
-def capture(work: Callable[[], None]) -> Any:
-    """``work``'s stream operations captured into a ``torch.cuda.CUDAGraph`` (not run)."""
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, capture_error_mode="thread_local"):
-        work()
-    return graph
+        self.replay.clear()
+        self._row_outputs = {}
 
 
 def lower_kernels(spec: NativeEnvSpec, params: tuple, modes: tuple[int, ...],

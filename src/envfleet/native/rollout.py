@@ -126,7 +126,7 @@ def _result(env: Any, rec: _Recording | None, episodes: int, copy: bool) -> Roll
 def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> Rollout:
     """The ``cuda`` engine: steps enqueued without a wait, as one piece of work per (policy or
     action batch, length, record) that the engine replays as a CUDA graph once warmed up
-    (``CudaEngine.run_captured``); its buffers (the recording, the action batch) stay put."""
+    (``graphs.Replay``); its buffers (the recording, the action batch) stay put."""
     import torch
 
     e = env.engine
@@ -135,7 +135,7 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
     entry = cache.get(key)
     if entry is None:
         if len(cache) >= MAX_GRAPHS:
-            e.forget(cache.pop(next(iter(cache)))["key"])
+            e.replay.forget(cache.pop(next(iter(cache)))["key"])
         rec = _recording(env, steps, _empty_like(e.actions, steps)) if record else None
         static = (torch.as_tensor(policy, device=e.actions.device).clone() if given else None)
         # the entry holds the policy too: its id is in the key, so it must outlive the entry
@@ -164,6 +164,6 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
                              f"{tuple(source.shape)}")
         entry["actions"].copy_(source)
     with torch.no_grad():
-        e.run_captured(key, entry["work"])
+        e.replay.run(key, entry["work"])
         episodes = e.collect("rollout step {step}: ")
     return _result(env, entry["rec"], episodes, copy=env.copy)

@@ -1,24 +1,23 @@
 """The ``torch`` backend: the shared driver's semantics as whole-batch tensor ops on any device.
 
 A family's ``reset_torch`` / ``step_torch`` step every env at once; the driver below wraps them
-with the time limit and autoreset of ``driver.make_driver``, written with masks (``torch.where``,
-``masked_fill_``) instead of per-env branches, so the same code runs on CPU, CUDA or any other
-torch device and keeps state and outputs there.
+with the time limit and autoreset of ``driver.make_driver``, so the same code runs on CPU, CUDA
+or any other torch device and keeps state and outputs there. Two routes:
 
-One host round trip per step. Validating the actions on the device needs one sync before
-``step`` can raise; instead of syncing first and stepping after, the step runs optimistically on
-*sanitised* actions (bad ones replaced by a valid one, so a kernel never sees them) while one
-backup copy of the engine's buffers is taken, and a single read at the end brings back both
-"how many actions were refused" and "how many episodes ended". A refused step restores the
-backup before raising: the envs are left exactly as they were. Every mutable buffer lives in one
-byte arena, so the backup (and a restore) is a single copy.
-
-The read also tells the host whether any env ended, which keeps the costly reset path (a full
-batch of counter-based random draws) out of steps where no env needs it.
+- On the host (CPU tensors), the bookkeeping runs on NumPy views of the buffers; the actions
+  are checked before anything moves, and the envs that reset are gathered by index into a
+  smaller batch, so their random draws cost nothing for the others.
+- On any other device, a step is two fixed pieces of work on buffers that never move, each
+  ending in one read: check the actions (loaded into the engine's action buffer) and read
+  whether any was refused; then step, with masked resets over the whole batch (``where``,
+  ``masked_fill_``: no index read, no dynamic shape), and read how many episodes ended. On a
+  GPU each piece is captured once as a CUDA graph and replayed (``graphs.Replay``): a step is
+  two graph launches and two waits, not a hundred kernel launches.
 """
 
 from __future__ import annotations
 
+import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -35,6 +34,7 @@ from envfleet.native.driver import (
     action_format,
     refused_step_error,
 )
+from envfleet.native.graphs import Replay, graphs_wanted
 from envfleet.native.spec import RNG, STATE, NativeEnvSpec, split_params
 
 _ALIGN = 64  # byte alignment of each buffer inside the arena
@@ -99,8 +99,8 @@ class TorchEngine:
     Discrete and rows (num_envs, action_size) of the space's dtype for Box; ``rng`` is the
     (seeds, episodes, steps) triple of int64 tensors that ``rng.env_uniform_torch`` takes.
     State columns keep their declared dtype, except wide unsigned ones (``state_dtype``).
-    ``reset_torch`` gets only the envs that reset, gathered into a smaller batch (``mask`` all
-    set), so its random draws cost nothing for the others.
+    On the host ``reset_torch`` gets only the envs that reset, gathered into a smaller batch
+    (``mask`` all set); on other devices the whole batch, with ``mask`` set for those envs.
     """
 
     def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
@@ -129,7 +129,6 @@ class TorchEngine:
         layout = [(b.name, state_dtype(b.dtype) if b.role in (STATE, RNG)
                    else torch_dtype(b.dtype), b.shape) for b in spec.buffers(n)]
         views = self._allocate(layout)
-        State = spec.state_type
         self.state = spec.state_from(views, {})
         self.obs = views["obs"]
         self.rewards = views["rewards"]
@@ -144,23 +143,52 @@ class TorchEngine:
         self.rng = (seeds, views["episodes"], views["steps"])
         self._done = torch.zeros(n, dtype=torch.bool, device=self.device)
         self._all = torch.ones(n, dtype=torch.bool, device=self.device)
-        # The driver's bookkeeping runs on ``_b``: NumPy views of these tensors on the host
-        # (``tensor_math.HOST_NUMPY``: a third of torch's per-call cost), the tensors elsewhere.
+        # The host route runs on NumPy views of these tensors (``tensor_math.HOST_NUMPY``: a
+        # third of torch's per-call cost); every other device on the tensors.
         self._host = self._host and tensor_math.HOST_NUMPY
-        self._xp: Any = np if self._host else torch
-        view = (lambda t: t.numpy()) if self._host else (lambda t: t)
-        self._b = SimpleNamespace(
-            state=tuple(view(c) for c in self.state), seeds=view(seeds),
-            episodes=view(views["episodes"]), steps=view(views["steps"]),
-            obs_rows=view(self._obs_rows), final_rows=view(self._final_obs_rows),
-            rewards=view(self.rewards), terminated=view(self.terminated),
-            truncated=view(self.truncated), pending=view(self.pending), done=view(self._done),
-            per_env={name: view(getattr(self.params, name)) for name in self._per_env})
-        # What the family's forms get: on the host, NumPy views of the buffers when the forms
-        # take them (``tensor_math.takes_arrays``: no conversion per call), else the tensors.
-        self._arrays = self._host and all(getattr(form, "takes_arrays", False)
-                                          for form in (spec.reset_torch, spec.step_torch))
-        b = self._b
+        #: NEXT_STEP on the host: the envs this step resets (those that ended the last one)
+        self._pending_rows: np.ndarray | None = None
+        #: SAME_STEP on the host: the rows of ``final_obs`` that are not zero
+        self._final_rows: np.ndarray | None = None
+        # The device route: actions loaded into a buffer that never moves, and the two reads
+        # of a step (whether every action is valid, how many episodes ended) copied into pinned
+        # host memory at the end of each piece of work, which a GPU replays as a CUDA graph.
+        self._pinned = self.device.type == "cuda"
+        self.replay = Replay(self._pinned and graphs_wanted())
+        if self._host:
+            self._host_buffers()
+        else:
+            self._args = SimpleNamespace(
+                state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
+                rewards=self.rewards, terminated=self.terminated, all=self._all)
+            shape = (n,) if fmt.integer else (n, int(np.prod(fmt.shape)))
+            self._actions = torch.zeros(shape, dtype=self._action_dtype, device=self.device)
+            self._valid = torch.zeros(1, dtype=torch.bool, pin_memory=self._pinned)
+            self._ended = torch.zeros(1, dtype=torch.int64, pin_memory=self._pinned)
+            self._valid_view, self._ended_view = self._valid.numpy(), self._ended.numpy()
+            self._work = {resets: functools.partial(self._advance_masked, resets)
+                          for resets in (False, True)}
+        # Host-side hint, from numbers already read back: may an env be pending?
+        self._maybe_pending = False
+        self._broken = ""  # why the buffers cannot be trusted until a full reset
+        self._closed = False
+
+    def _host_buffers(self) -> None:
+        """The host route's NumPy views of the buffers (``_b``), what the family's forms get
+        and the spare buffers that host resets gather into."""
+        n, State = self.num_envs, self.spec.state_type
+        self._b = b = SimpleNamespace(
+            state=tuple(c.numpy() for c in self.state), seeds=self.rng[0].numpy(),
+            episodes=self.rng[1].numpy(), steps=self.rng[2].numpy(),
+            obs_rows=self._obs_rows.numpy(), final_rows=self._final_obs_rows.numpy(),
+            rewards=self.rewards.numpy(), terminated=self.terminated.numpy(),
+            truncated=self.truncated.numpy(), pending=self.pending.numpy(),
+            done=self._done.numpy(),
+            per_env={name: getattr(self.params, name).numpy() for name in self._per_env})
+        # What the family's forms get: NumPy views of the buffers when the forms take them
+        # (``tensor_math.takes_arrays``: no conversion per call), else the tensors.
+        self._arrays = all(getattr(form, "takes_arrays", False)
+                           for form in (self.spec.reset_torch, self.spec.step_torch))
         if self._arrays:
             params = self.params
             if self._per_env:
@@ -173,27 +201,19 @@ class TorchEngine:
             self._args = SimpleNamespace(
                 state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
                 rewards=self.rewards, terminated=self.terminated, all=self._all)
-        self._tensor = torch.from_numpy if self._host and not self._arrays else (lambda t: t)
-        #: NumPy views of the outputs on the host, for ``copy``
+        self._tensor = (lambda t: t) if self._arrays else torch.from_numpy
+        #: NumPy views of the outputs, for ``copy``
         self._views = {id(t): t.numpy() for t in (
             self.obs, self.final_obs, self.rewards, self.terminated, self.truncated,
-            *self.state)} if self._host else {}
+            *self.state)}
         # Host resets gather rows into spare buffers (``_gather``), and move observation rows
         # as single items (``_rows_of``): ~4x quicker than fresh arrays and per-element copies.
         self._spare = {id(a): np.empty_like(a) for a in (
-            b.seeds, b.episodes, b.obs_rows, *b.state, *b.per_env.values())} if self._host else {}
+            b.seeds, b.episodes, b.obs_rows, *b.state, *b.per_env.values())}
         self._zeros = np.zeros(n, dtype=np.int64)
         self._obs_items = self._rows_of(b.obs_rows)
         self._final_items = self._rows_of(b.final_rows)
-        self._zero_item = self._rows_of(np.zeros_like(b.obs_rows[:1]))[0] if self._host else 0
-        #: NEXT_STEP: the envs this step resets (those that ended the last one), or None
-        self._pending_rows: torch.Tensor | None = None
-        #: SAME_STEP: the rows of ``final_obs`` that are not zero
-        self._final_rows: torch.Tensor | None = None
-        # Host-side hint, from numbers already read back: may an env be pending?
-        self._maybe_pending = False
-        self._broken = ""  # why the buffers cannot be trusted until a full reset
-        self._closed = False
+        self._zero_item = self._rows_of(np.zeros_like(b.obs_rows[:1]))[0]
 
     def _allocate(self, layout: list[tuple[str, torch.dtype, tuple[int, ...]]]
                   ) -> dict[str, torch.Tensor]:
@@ -216,34 +236,36 @@ class TorchEngine:
         """Nothing to compile: torch runs eagerly (present for parity with the numba engine)."""
 
     def reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
-        """Reset the masked envs (all when None), reseeding them with ``new_seeds`` if given."""
+        """Reset the masked envs (all when None), reseeding them with ``new_seeds`` (one per
+        env) if given."""
         self._check_open()
         if mask is not None and bool(np.all(mask)):
             mask = None
-        if mask is None:
-            rows = None
+        if mask is not None and not np.any(mask):
+            return
+        if new_seeds is not None:
+            new_seeds = np.ascontiguousarray(new_seeds, dtype=np.uint64).view(np.int64).copy()
+        if not self._host:
+            masked = (self._all if mask is None
+                      else torch.as_tensor(np.asarray(mask, dtype=np.bool_), device=self.device))
+            if new_seeds is not None:
+                new_seeds = torch.as_tensor(new_seeds, device=self.device)
+            self._reset_masked(masked, new_seeds)
+            self.pending.masked_fill_(masked, False)
+        elif mask is None:
+            self._reset_rows(None, new_seeds)
+            self._b.pending[...] = False
+            self._pending_rows = None
         else:
             rows = np.flatnonzero(mask)
-            if not rows.size:
-                return
-            if not self._host:
-                rows = torch.as_tensor(rows, device=self.device)
-        if new_seeds is not None:
-            bits = np.ascontiguousarray(new_seeds, dtype=np.uint64).view(np.int64)
-            if mask is not None:
-                bits = bits[mask]
-            new_seeds = bits.copy() if self._host else torch.as_tensor(bits.copy(),
-                                                                        device=self.device)
-        self._reset_rows(rows, new_seeds)
-        if rows is None:
-            self._b.pending[...] = False
-            self._pending_rows, self._maybe_pending, self._broken = None, False, ""
-        else:
+            self._reset_rows(rows, None if new_seeds is None else new_seeds[rows])
             self._b.pending[rows] = False
             if self.rule == PEND and self._pending_rows is not None:
-                self._pending_rows = self._nonzero(self._b.pending)
+                self._pending_rows = self._b.pending.nonzero()[0]
                 if not len(self._pending_rows):
                     self._pending_rows = None
+        if mask is None:
+            self._maybe_pending, self._broken = False, ""
 
     def step(self, actions: Any) -> int:
         """Validate then step every env; return how many episodes ended.
@@ -257,10 +279,17 @@ class TorchEngine:
         if self._broken:
             raise RuntimeError(f"{self.spec.id}: an earlier step failed part-way "
                                f"({self._broken}); reset() every env before stepping again")
-        a = self._device_actions(actions)
-        self._refuse(a)
+        if self._host:
+            a = self._host_actions(actions)
+            self._refuse(a)
+        else:
+            self._load(actions)
+            self.replay.run("validate", self._validate)
+            self._wait()
+            if not self._valid_view[0]:
+                self._raise_refused(self._actions)
         try:
-            ended = self._advance(a)
+            ended = self._advance(a) if self._host else self._advance_on_device()
         except BaseException as error:  # the buffers are half-stepped: no step until a reset
             self._broken = f"{type(error).__name__}: {error}"
             raise
@@ -288,18 +317,20 @@ class TorchEngine:
         return array.clone()
 
     def close(self) -> None:
-        """Drop the scratch buffers; the outputs stay readable until the engine is dropped."""
+        """Drop the scratch buffers and graphs; the outputs stay readable until the engine is
+        dropped."""
         if not self._closed:
             self._closed = True
             self._pending_rows = self._final_rows = None
+            self.replay.clear()
 
     def _check_open(self) -> None:
         if self._closed:
             raise RuntimeError("this torch engine is closed")
 
-    # --- the driver, over the whole batch --------------------------------------------------
+    # --- the host route: NumPy bookkeeping, resets gathered by index ---------------------------
 
-    def _advance(self, actions: torch.Tensor) -> int:
+    def _advance(self, actions: np.ndarray) -> int:
         """Step every env (NEXT_STEP: reset the pending ones instead); how many ended.
 
         As ``driver.make_driver``'s ``begin`` + ``advance`` + ``finish``: the family steps the
@@ -307,19 +338,19 @@ class TorchEngine:
         flags off; SAME_STEP keeps the ended envs' observations and resets them: the
         contract's one rule (``on_episode_end``, ``begin_episodes``) over the whole batch.
         """
-        b, xp, k = self._b, self._xp, self._args
-        if self._host and not self._arrays:
+        b, k = self._b, self._args
+        if not self._arrays:
             actions = torch.from_numpy(actions if actions.flags.writeable else actions.copy())
         self.spec.step_torch(k.state, k.params, actions, k.rng, k.obs_rows, k.rewards,
                              k.terminated)
         b.steps += 1
-        xp.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
+        np.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
         rule, rows = self.rule, self._pending_rows
         if rule == PEND and rows is not None:
             self._reset_rows(rows, None)
             begin_episodes(b.rewards, b.terminated, b.truncated, rows)
-        done = xp.logical_or(b.terminated, b.truncated, out=b.done)
-        rows = self._nonzero(done)  # one read back (a sync on a GPU)
+        done = np.logical_or(b.terminated, b.truncated, out=b.done)
+        rows = done.nonzero()[0]
         ended = len(rows)
         if rule != RESET_NOW:
             b.pending[...] = done
@@ -329,7 +360,7 @@ class TorchEngine:
             self._finish(rows)
         return ended
 
-    def _finish(self, rows: Any) -> None:
+    def _finish(self, rows: np.ndarray) -> None:
         """SAME_STEP: keep the ended envs' final observations (the other rows of ``final_obs``
         zero), then start their next episode."""
         final = self._final_items
@@ -339,11 +370,11 @@ class TorchEngine:
         self._final_rows = rows
         self._reset_rows(rows, None)
 
-    def _reset_rows(self, rows: Any, new_seeds: Any) -> None:
+    def _reset_rows(self, rows: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         """Start a new episode in the envs ``rows`` (all when None): their episode counter
         advances (or restarts at 0 with ``new_seeds``, one per row), their step counter restarts,
         and the family resets them, seeing only those rows (gathered into a smaller batch)."""
-        b, xp = self._b, self._xp
+        b = self._b
         if rows is None:
             if new_seeds is None:
                 b.episodes += 1
@@ -361,19 +392,16 @@ class TorchEngine:
             row_episodes = gather(b.episodes, rows)
             row_episodes += 1
         else:
-            row_seeds, row_episodes = new_seeds, xp.zeros_like(new_seeds)
+            row_seeds, row_episodes = new_seeds, np.zeros_like(new_seeds)
         tensor = self._tensor
         state = tuple(gather(column, rows) for column in b.state)
-        obs = self._spare[id(b.obs_rows)][:k] if self._host else xp.empty_like(b.obs_rows[:k])
+        obs = self._spare[id(b.obs_rows)][:k]
         params = self._args.params
         if self._per_env:
             params = params._replace(**{name: tensor(gather(column, rows))
                                         for name, column in b.per_env.items()})
-        if self._host:
-            zeros = self._zeros[:k]
-            zeros.fill(0)
-        else:
-            zeros = xp.zeros_like(row_episodes)
+        zeros = self._zeros[:k]
+        zeros.fill(0)
         row_rng = (tensor(row_seeds), tensor(row_episodes), tensor(zeros))
         self.spec.reset_torch(self._args.all[:k], type(self.state)(*map(tensor, state)),
                               params, row_rng, tensor(obs))
@@ -385,13 +413,10 @@ class TorchEngine:
         b.episodes[rows] = row_episodes
         b.steps[rows] = 0
 
-    def _gather(self, array: Any, rows: Any) -> Any:
-        """``array[rows]``; on the host into the spare buffer kept for ``array`` (valid until
-        the next gather of it)."""
-        spare = self._spare.get(id(array))
-        if spare is None:
-            return array[rows]
-        return np.take(array, rows, axis=0, out=spare[:len(rows)], mode="clip")
+    def _gather(self, array: np.ndarray, rows: np.ndarray) -> np.ndarray:
+        """``array[rows]`` into the spare buffer kept for ``array`` (valid until the next
+        gather of it)."""
+        return np.take(array, rows, axis=0, out=self._spare[id(array)][:len(rows)], mode="clip")
 
     def _rows_of(self, rows: Any) -> Any:
         """Rows of a host array (a C-contiguous one) as one item each, or the tensor itself."""
@@ -400,61 +425,107 @@ class TorchEngine:
         item = np.dtype((np.void, rows.itemsize * int(np.prod(rows.shape[1:]))))
         return rows.reshape(len(rows), -1).view(item).reshape(len(rows))
 
-    def _nonzero(self, mask: Any) -> Any:
-        """The indices where ``mask`` (one of ``_b``'s) is set: a NumPy array on the host, an
-        int64 tensor elsewhere."""
-        if self._host:
-            return mask.nonzero()[0]
-        return torch.nonzero(mask).view(-1)
-
-    # --- action checks ---------------------------------------------------------------------
-
-    def _device_actions(self, actions: Any) -> Any:
+    def _host_actions(self, actions: Any) -> np.ndarray:
         """Check shape and dtype kind (as ``numba_backend.as_numpy_actions``); the actions as a
-        C-contiguous NumPy array on the host (the caller's, when it is one: only read), a tensor
-        on the device elsewhere."""
+        C-contiguous NumPy array (the caller's, when it is one: only read)."""
         n = self.num_envs
         a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
         check_action_batch(a, self.spec.action_space, n)
+        if isinstance(a, torch.Tensor):
+            a = a.cpu().numpy()
         fmt = self._format
-        if self._host:
-            if isinstance(a, torch.Tensor):
-                a = a.cpu().numpy()
-            if fmt.integer:
-                return np.ascontiguousarray(a, dtype=fmt.dtype)
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
-                return np.ascontiguousarray(a, dtype=fmt.dtype).reshape(n, -1)
-        if isinstance(a, np.ndarray):
-            with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
-                a = torch.from_numpy(np.array(a, dtype=fmt.dtype, order="C"))
-        a = a.to(self.device, self._action_dtype)
-        return a if fmt.integer else a.reshape(n, -1)
+        if fmt.integer:
+            return np.ascontiguousarray(a, dtype=fmt.dtype)
+        with np.errstate(over="ignore"):  # beyond float32's range: inf, then refused
+            return np.ascontiguousarray(a, dtype=fmt.dtype).reshape(n, -1)
 
-    def _refuse(self, a: Any) -> None:
+    def _refuse(self, values: np.ndarray) -> None:
         """Raise the error for the first refused env (a bad action, or DISABLED and an env that
-        needs a reset), before anything moves: one read back, NumPy on the host."""
-        fmt = self._format
-        if self._host:
-            values = a
-            if not fmt.integer:
-                ok = bool(np.isfinite(values).all())
-            elif values.size <= 8:  # a few: Python is quicker than two reductions
-                ok = all(self._low <= v < self._high for v in values.tolist())
-            elif self._low == 0:  # one reduction: a negative action reads as a huge uint64
-                ok = values.view(np.uint64).max() < self._high
-            else:
-                ok = values.min() >= self._low and values.max() < self._high
-            ok = ok and not (self.mode == DISABLED and self._maybe_pending
-                             and self._b.pending.any())
+        needs a reset), before anything moves."""
+        if not self._format.integer:
+            ok = bool(np.isfinite(values).all())
+        elif values.size <= 8:  # a few: Python is quicker than two reductions
+            ok = all(self._low <= v < self._high for v in values.tolist())
+        elif self._low == 0:  # one reduction: a negative action reads as a huge uint64
+            ok = values.view(np.uint64).max() < self._high
         else:
-            valid = self._check_actions(a)
-            if self.mode == DISABLED and self._maybe_pending:
-                valid = valid & ~self.pending
-            ok = bool(valid.all())
-        if ok:
+            ok = values.min() >= self._low and values.max() < self._high
+        if ok and not (self.mode == DISABLED and self._maybe_pending
+                       and self._b.pending.any()):
             return
+        self._raise_refused(torch.from_numpy(np.array(values)))
+
+    # --- the device route: fixed buffers, masked resets, one read per piece of work -----------
+
+    def _load(self, actions: Any) -> None:
+        """Check shape and dtype kind, then copy the actions into the action buffer (the
+        space's dtype; a float beyond float32's range becomes inf, then is refused)."""
+        a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
+        check_action_batch(a, self.spec.action_space, self.num_envs)
         if isinstance(a, np.ndarray):
-            a = torch.from_numpy(np.array(a))
+            with np.errstate(over="ignore"):
+                a = torch.from_numpy(np.array(a, dtype=self._format.dtype, order="C"))
+        self._actions.copy_(a.reshape(self._actions.shape))
+
+    def _validate(self) -> None:
+        """Whether every loaded action may step (DISABLED: and no env waits for a reset),
+        copied to the host."""
+        valid = self._check_actions(self._actions)
+        if self.mode == DISABLED:
+            valid = valid & ~self.pending
+        self._valid.copy_(valid.all().view(1), non_blocking=self._pinned)
+
+    def _advance_on_device(self) -> int:
+        """Step every env with the loaded actions (the piece of work with masked resets when a
+        reset can be due); how many episodes ended."""
+        resets = self.rule == RESET_NOW or (self.rule == PEND and self._maybe_pending)
+        self.replay.run(("step", resets), self._work[resets])
+        self._wait()
+        return int(self._ended_view[0])
+
+    def _advance_masked(self, resets: bool) -> None:
+        """``_advance`` with whole-batch masks instead of gathered rows: no index read, no
+        dynamic shape, so it can be captured. ``resets``: whether envs may reset this step (the
+        pending ones of NEXT_STEP, the ended ones of SAME_STEP); without it, it is skipped."""
+        k = self._args
+        self.spec.step_torch(k.state, k.params, self._actions, k.rng, k.obs_rows, k.rewards,
+                             k.terminated)
+        steps = self.rng[2]
+        steps += 1
+        torch.ge(steps, self.max_episode_steps, out=self.truncated)
+        if resets and self.rule == PEND:
+            self._reset_masked(self.pending, None)
+            begin_episodes(self.rewards, self.terminated, self.truncated, self.pending)
+        done = torch.logical_or(self.terminated, self.truncated, out=self._done)
+        self._ended.copy_(done.sum().view(1), non_blocking=self._pinned)
+        if self.rule != RESET_NOW:
+            self.pending.copy_(done)
+        elif resets:  # as ``_finish``: final_obs is rewritten on a step where an env ended
+            final = self._final_obs_rows
+            kept = torch.where(done.any(), 0, final)
+            final.copy_(torch.where(done.unsqueeze(1), self._obs_rows, kept))
+            self._reset_masked(done, None)
+
+    def _reset_masked(self, mask: torch.Tensor, new_seeds: torch.Tensor | None) -> None:
+        """Start a new episode in the envs where ``mask`` is set, the family resetting the
+        whole batch with that mask (the other envs keep their state)."""
+        seeds, episodes, steps = self.rng
+        if new_seeds is None:
+            episodes.add_(mask)
+        else:
+            seeds.copy_(torch.where(mask, new_seeds, seeds))
+            episodes.masked_fill_(mask, 0)
+        steps.masked_fill_(mask, 0)
+        k = self._args
+        self.spec.reset_torch(mask, k.state, k.params, k.rng, k.obs_rows)
+
+    def _wait(self) -> None:
+        """Wait for the work enqueued on the device (its reads are in pinned memory)."""
+        if self._pinned:
+            torch.cuda.current_stream(self.device).synchronize()
+
+    def _raise_refused(self, a: torch.Tensor) -> None:
+        """Raise the error naming the first refused env of the actions ``a``."""
         valid = self._check_actions(a)
         if self.mode == DISABLED:
             valid = valid & ~self.pending
