@@ -4,7 +4,9 @@
 # rollouts; chess), the per-call sweep of cuda and torch with gymnax as a peer (python -m
 # envfleet.bench.gpu; pgx on request), the tpb study and the numba threads sweep of the host
 # (scripts/threads_check.py); on request (GPU_CHECK_PARTS=minatar, ~1-2 minutes a game) MinAtar
-# per call on cuda with gymnax on JAX's GPU backend as the peer. Writes JSON lines, Markdown
+# per call on cuda with gymnax on JAX's GPU backend as the peer; on request (GPU_CHECK_PARTS=fma,
+# ~1 minute) CartPole's cuda per call at 10^6 envs and its float64 state's max ulp from numba
+# after 30 steps, FMA contraction on and off (ENVFLEET_CUDA_FMA). Writes JSON lines, Markdown
 # naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
 #
 # Needs: torch with CUDA, numba-cuda with a numpy it imports with, gymnasium, python-chess and
@@ -60,7 +62,8 @@ for p in ${parts//,/ }; do
             --num-envs "${MINATAR_NUM_ENVS:-4096,65536,1048576}" --seconds 1 \
             --out "$out/minatar"
     done ;;
-    *) echo "unknown part $p (parts: tests, sweep, tpb, threads, minatar)"; exit 2 ;;
+    fma) part fma 120 "$py" -m envfleet.bench.gpu --out "$out/fma" --parts fma ;;
+    *) echo "unknown part $p (parts: tests, sweep, tpb, threads, minatar, fma)"; exit 2 ;;
     esac
 done
 cat "$out/parts.txt"

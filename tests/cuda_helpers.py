@@ -3,7 +3,8 @@ that kernels type and lower for a real GPU.
 
 The simulator runs kernels as Python, so it cannot catch code the CUDA target rejects:
 ``cuda_backend.lower_kernels`` types and lowers them to LLVM IR for sm_90 in a fresh process
-with the simulator off (no GPU or NVVM needed; PTX generation is not checked).
+with the simulator off (no GPU or NVVM needed; a check that compiles PTX calls ``need_nvvm()``
+and skips where libNVVM is not installed).
 """
 
 from __future__ import annotations
@@ -52,6 +53,16 @@ _PRELUDE = textwrap.dedent("""
     from envfleet.native.cuda_backend import lower_kernels
     from envfleet.native.driver import NEXT_STEP, SAME_STEP, DISABLED
     MODES = (NEXT_STEP, SAME_STEP, DISABLED)
+
+    def need_nvvm():
+        # exit 4 (the test skips) where libNVVM or NVRTC, which PTX generation needs, is missing
+        try:
+            from cuda.pathfinder import load_nvidia_dynamic_lib
+            for name in ("nvvm", "nvrtc"):
+                load_nvidia_dynamic_lib(name)
+        except Exception as error:
+            print(error)
+            sys.exit(4)
 """)
 
 only_under_simulator = pytest.mark.skipif(
@@ -60,11 +71,14 @@ only_under_simulator = pytest.mark.skipif(
 
 
 def assert_kernels_lower(script: str, timeout: float = 600) -> None:
-    """Run ``script`` (which calls ``lower_kernels``; ``MODES`` and the mode codes are defined)
-    in a fresh process without the simulator; fail with its traceback."""
+    """Run ``script`` (which calls ``lower_kernels``; ``MODES``, the mode codes and
+    ``need_nvvm()`` are defined) in a fresh process without the simulator; fail with its
+    traceback, skip where ``need_nvvm()`` finds no libNVVM."""
     env = dict(os.environ, NUMBA_ENABLE_CUDASIM="0")
     done = subprocess.run([sys.executable, "-c", _PRELUDE + textwrap.dedent(script)], env=env,
                           capture_output=True, text=True, timeout=timeout)
     if done.returncode == 3:
         pytest.skip("numba-cuda internals changed (dispatcher.get_current_device)")
+    if done.returncode == 4:
+        pytest.skip(f"no libNVVM / NVRTC to compile PTX with: {done.stdout.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-4000:]

@@ -212,6 +212,22 @@ def test_threads_per_block_does_not_change_results():
         np.testing.assert_array_equal(a, b)
 
 
+def test_fma_off_has_kernels_of_its_own_that_agree_with_numba(monkeypatch):
+    """``ENVFLEET_CUDA_FMA=0`` builds the engine on kernels of its own (compiled with
+    ``-fma=0`` on a GPU), whose trajectories agree with numba's within the same bound."""
+    n, steps = 12, 30
+    default = pair(n)[0]
+    monkeypatch.setenv("ENVFLEET_CUDA_FMA", "0")
+    cenv, nenv = pair(n)
+    assert cenv.engine._kernels is not default.engine._kernels
+    assert_same(cenv.reset()[0], nenv.reset()[0], "reset obs")
+    for t in range(steps):
+        for what, c, r in zip(("obs", "reward", "terminated"), cenv.step(actions_at(t, n)),
+                              nenv.step(actions_at(t, n)), strict=False):
+            assert_same(c, r, f"{what} at step {t}")
+    assert_same_state(cenv, nenv)
+
+
 def test_outputs_are_torch_tensors_sharing_the_device_buffers():
     import torch
 
@@ -273,6 +289,45 @@ def test_kernels_type_and_lower_for_a_real_gpu():
         for env_id in ("CartPole-v1", "Pendulum-v1", "MountainCarContinuous-v0"):
             spec = FAMILIES[env_id]
             lower_kernels(spec, spec.make_params(), MODES)
+    """)
+
+
+@only_under_simulator
+def test_fma_switch_reaches_nvvm():
+    """``ENVFLEET_CUDA_FMA=0``'s kernels (``compile_kernels(..., fma=False)``) go to NVVM with
+    ``-fma=0`` and without LTO (nvJitLink would contract again); the default's with neither."""
+    assert_kernels_lower("""
+        from envfleet.envs import FAMILIES
+        spec = FAMILIES["CartPole-v1"]
+        on = lower_kernels(spec, spec.make_params(), (NEXT_STEP,))
+        off = lower_kernels(spec, spec.make_params(), (NEXT_STEP,), fma=False)
+        assert all("fma" not in c.library._nvvm_options and c.library._lto for c in on)
+        assert all(c.library._nvvm_options["fma"] is False and not c.library._lto for c in off)
+    """)
+
+
+@only_under_simulator
+def test_fma_switch_leaves_no_contraction_in_the_ptx():
+    """With ``fma=False`` CartPole's sm_90 PTX has no contracted FMA: none in reset, in step
+    only libdevice's own (sin, cos), and no mul/add/sub without a rounding mode (which ptxas
+    may fuse). Needs libNVVM (skips without)."""
+    assert_kernels_lower("""
+        import re
+        from envfleet.envs import FAMILIES
+        need_nvvm()
+        spec = FAMILIES["CartPole-v1"]
+        on = lower_kernels(spec, spec.make_params(), (NEXT_STEP,))
+        off = lower_kernels(spec, spec.make_params(), (NEXT_STEP,), fma=False)
+
+        def count(cres, pattern):
+            return len(re.findall(pattern, cres.library.get_asm_str(cc=(9, 0))))
+
+        fma, fusable = r"\\bfma\\.rn\\.f64", r"\\b(?:mul|add|sub)\\.f64"
+        (_, step_on, reset_on), (_, step_off, reset_off) = on, off
+        assert count(reset_on, fma) > 0 and count(reset_off, fma) == 0
+        assert count(step_off, fma) < count(step_on, fma), "step: no FMA left out"
+        assert count(step_on, fusable) > 0
+        assert count(step_off, fusable) == 0 and count(reset_off, fusable) == 0
     """)
 
 

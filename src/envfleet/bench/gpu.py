@@ -1,7 +1,7 @@
 """The GPU check's measurements: per-call time of the ``cuda`` and ``torch`` backends on a GPU,
 rollouts, and gymnax / pgx on the same GPU as peers, written as JSON lines and Markdown.
 
-``python -m envfleet.bench.gpu --out DIR [--parts cartpole,classic,chess,rollout,gymnax,pgx]``
+``python -m envfleet.bench.gpu --out DIR [--parts cartpole,classic,chess,rollout,gymnax,pgx,fma]``
 (``scripts/gpu_check.sh`` runs it with the cuda tests, the tpb study and the threads sweep).
 Each call is one step of every env, actions pre-generated on the GPU, the device synchronised
 after the timed calls (as ``jax.block_until_ready`` for the peers); every row names the card.
@@ -20,14 +20,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-PARTS = ("cartpole", "rollout", "chess", "gymnax", "classic", "pgx")
-DEFAULT_PARTS = PARTS[:-1]  # pgx compiles for minutes: asked for by name
+PARTS = ("cartpole", "rollout", "chess", "gymnax", "classic", "pgx", "fma")
+#: pgx compiles for minutes, fma (FMA contraction on and off) is a study: asked for by name
+DEFAULT_PARTS = PARTS[:-2]
 #: each part's time budget in seconds (builds and compiles included)
 PART_SECONDS = {"cartpole": 50, "classic": 60, "chess": 160, "rollout": 40, "gymnax": 40,
-                "pgx": 45}
+                "pgx": 45, "fma": 90}
 CARTPOLE_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 CLASSIC = ("Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
 CLASSIC_SIZES = (1_000, 100_000, 1_000_000)
+#: the fma part: CartPole envs, and the steps after which float64 state is compared with numba's
+FMA_SIZE, FMA_STEPS = 1_000_000, 30
 CHESS_SIZES = (1_024, 16_384, 131_072, 1_048_576)
 #: Chess-v0's (observation, packed) variants, in order (a variant compiles its own kernels):
 #: the default, then ``packed=True`` (mask as bits; planes as bitboards), then unpacked planes
@@ -128,16 +131,18 @@ def _actions(env: Any, n: int, count: int = 4) -> list[Any]:
 
 def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> None:
     """Per-call step time of cuda (graphs on/off, copy on/off) and torch on the GPU (graphs
-    on/off)."""
+    on/off); for the fma part, cuda with FMA contraction on and off (``ENVFLEET_CUDA_FMA``)."""
 
     import envfleet
 
     variants = [("cuda", {"copy": False}, "1"), ("cuda", {"copy": True}, "1"),
                 ("cuda", {"copy": False}, "0"), ("torch", {"device": DEVICE, "copy": False}, "1"),
                 ("torch", {"device": DEVICE, "copy": False}, "0")]
-    if part != "cartpole":  # the other families: the default path and the torch backend
+    if part == "fma":
+        variants = [("cuda", {"copy": False}, "1", "1"), ("cuda", {"copy": False}, "1", "0")]
+    elif part != "cartpole":  # the other families: the default path and the torch backend
         variants = [variants[0], variants[3]]
-    for backend, options, graphs in variants:
+    for backend, options, graphs, *fma in variants:
         for n in sized(sizes):
             if check.left() < 5:
                 check.emit(part=part, env=env_id, backend=backend, n=n, error="part's time up")
@@ -145,6 +150,9 @@ def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> 
             label = dict(part=part, env=env_id, backend=backend, n=n,
                          copy=options["copy"], graphs=False)
             os.environ["ENVFLEET_CUDA_GRAPHS"] = graphs
+            if fma:
+                label["fma"] = fma[0] != "0"
+                os.environ["ENVFLEET_CUDA_FMA"] = fma[0]
             try:
                 t0 = time.perf_counter()
                 env = envfleet.make(env_id, n, backend=backend, seed=0, **options)
@@ -166,6 +174,65 @@ def step_sweep(check: Check, part: str, env_id: str, sizes: tuple[int, ...]) -> 
             except Exception as error:  # a failing point is a row, the sweep goes on
                 check.emit(**label, error=repr(error)[:400])
     os.environ["ENVFLEET_CUDA_GRAPHS"] = "1"
+    os.environ.pop("ENVFLEET_CUDA_FMA", None)
+
+
+def max_ulp(a: Any, b: Any) -> int:
+    """The largest distance between float64 arrays ``a`` and ``b`` in units in the last place
+    (as ``np.testing.assert_array_max_ulp`` counts: the gap between their ordered bit patterns)."""
+    import numpy as np
+
+    def ordered(x: Any) -> Any:
+        bits = np.ascontiguousarray(x, dtype=np.float64).view(np.int64)
+        return np.where(bits < 0, np.iinfo(np.int64).min - bits, bits)
+
+    return int(np.abs(ordered(a) - ordered(b)).max(initial=0))
+
+
+def fma_study(check: Check) -> None:
+    """FMA contraction on and off (``ENVFLEET_CUDA_FMA``) on CartPole: cuda's per call at
+    ``FMA_SIZE`` envs, and the largest ulp distance of its float64 state from numba's (itself
+    Gymnasium's bit for bit) after ``FMA_STEPS`` steps of the same random actions."""
+    import numpy as np
+
+    import envfleet
+
+    step_sweep(check, "fma", "CartPole-v1", (FMA_SIZE,))
+    n = sized((FMA_SIZE,))[0]
+    for fma in ("1", "0"):
+        label = dict(part="fma", env="CartPole-v1", backend="cuda", n=n, steps=FMA_STEPS,
+                     fma=fma != "0")
+        if check.left() < 10:
+            check.emit(**label, error="time up")
+            return
+        os.environ["ENVFLEET_CUDA_FMA"] = fma
+        try:
+            envs = [envfleet.make("CartPole-v1", n, backend=backend, seed=0)
+                    for backend in ("cuda", "numba")]
+            obs = [env.reset(seed=0)[0] for env in envs]
+            actions = np.random.default_rng(0).integers(0, 2, (FMA_STEPS, n))
+            for t in range(FMA_STEPS):
+                obs = [env.step(actions[t])[0] for env in envs]
+            cuda_env, numba_env = envs
+            states = {name: max_ulp(_host(c), r) for name, c, r in
+                      zip(numba_env.state._fields, cuda_env.state, numba_env.state, strict=True)
+                      if np.asarray(r).dtype == np.float64}
+            check.emit(**label, max_ulp=max(states.values()), max_ulp_by_field=states,
+                       obs_equal=bool(np.array_equal(_host(obs[0]), obs[1])))
+            for env in envs:
+                env.close()
+            del envs
+            _release()
+        except Exception as error:
+            check.emit(**label, error=repr(error)[:400])
+    os.environ.pop("ENVFLEET_CUDA_FMA", None)
+
+
+def _host(x: Any) -> Any:
+    """A NumPy copy of a backend output (a torch tensor on any device, or an array)."""
+    import numpy as np
+
+    return x.detach().cpu().numpy() if hasattr(x, "detach") else np.asarray(x)
 
 
 def chess(check: Check) -> None:
@@ -386,6 +453,15 @@ def markdown(rows: list[dict[str, Any]], card: str) -> str:
             lines.append(f"| {r['backend']} {what} | {r['n']:,} | {r['steps']} | "
                          f"{r['us_per_rollout'] / 1e3:,.2f} | {_rate(r['steps_per_s'])} |")
         lines.append("")
+    ulps = [r for r in rows if "max_ulp" in r]
+    if ulps:
+        lines += [f"## FMA contraction: float64 state against numba after {ulps[0]['steps']} "
+                  "steps (max ulp)", "",
+                  "| fma | num_envs | max ulp | by field | observations equal |",
+                  "|:---|---:|---:|:---|:---|"]
+        lines += [f"| {'on' if r['fma'] else 'off'} | {r['n']:,} | {r['max_ulp']} | "
+                  f"{r['max_ulp_by_field']} | {r['obs_equal']} |" for r in ulps]
+        lines.append("")
     errors = [r for r in rows if "error" in r]
     if errors:
         lines += ["## Errors", ""] + [f"- {json.dumps(r)}" for r in errors] + [""]
@@ -407,6 +483,8 @@ def _kind(row: dict[str, Any]) -> str:
         kind += " graphs" if row.get("graphs") else " launches"
     if row.get("copy"):
         kind += " copy=True"
+    if "fma" in row:
+        kind += " fma on" if row["fma"] else " fma off"
     return kind
 
 
@@ -455,6 +533,8 @@ def main(argv: list[str] | None = None) -> int:
                     gymnax_peer(check)
                 elif part == "pgx":
                     pgx_peer(check)
+                elif part == "fma":
+                    fma_study(check)
                 else:
                     raise ValueError(f"unknown part {part!r}; parts: {', '.join(PARTS)}")
             except Exception as error:  # a part that cannot run is a row; the others go on

@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import os
 import warnings
+import weakref
 from collections.abc import Iterator
 from typing import Any
 
@@ -51,16 +53,55 @@ SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
 REFUSED, ENDED, REFUSED_AT, STEPS = 0, 1, 2, 3
 
 
+def _fma() -> bool:
+    """Whether the env kernels let NVVM contract ``a * b + c`` into FMA instructions (the
+    default, as nvcc does); ``ENVFLEET_CUDA_FMA=0`` compiles them without (see ``no_fma``)."""
+    return os.environ.get("ENVFLEET_CUDA_FMA", "1") != "0"
+
+
+#: the Python functions of the kernels that NVVM compiles with ``-fma=0`` (``no_fma``)
+_NO_FMA: weakref.WeakSet = weakref.WeakSet()
+
+
+def no_fma(*kernels: Any) -> None:
+    """Have NVVM compile ``kernels`` (``cuda.jit`` dispatchers) with ``-fma=0``, without link-time
+    optimisation (nvJitLink contracts again otherwise); libdevice's own fma calls stay.
+
+    numba-cuda 0.30's ``cuda.jit`` builds NVVM's options itself (``fastmath``, ``opt``) and has
+    no such switch, but the ``compile_cuda`` its dispatcher calls takes ``nvvm_options``: a
+    wrapper of it, installed once per process, adds them for these kernels only.
+    """
+    if SIMULATOR:  # kernels run as Python there: nothing is contracted
+        return
+    import numba.cuda.dispatcher as dispatcher
+
+    real = getattr(dispatcher, "compile_cuda", None)
+    if real is None:
+        raise RuntimeError("ENVFLEET_CUDA_FMA=0 needs numba.cuda.dispatcher.compile_cuda "
+                           "(numba-cuda 0.30), which this numba-cuda does not have")
+    if not getattr(real, "envfleet_no_fma", False):
+        @functools.wraps(real)
+        def compile_cuda(pyfunc: Any, *args: Any, **kwargs: Any) -> Any:
+            if pyfunc in _NO_FMA:
+                kwargs["nvvm_options"] = {**(kwargs.get("nvvm_options") or {}), "fma": False}
+                kwargs["lto"] = False
+            return real(pyfunc, *args, **kwargs)
+
+        compile_cuda.envfleet_no_fma = True  # type: ignore[attr-defined]
+        dispatcher.compile_cuda = compile_cuda
+    _NO_FMA.update(kernel.py_func for kernel in kernels)
+
+
 @functools.cache
 def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (),
-                    params_type: type | None = None) -> tuple[Any, Any, Any]:
+                    params_type: type | None = None, fma: bool = True) -> tuple[Any, Any, Any]:
     """(validate, step, reset) CUDA kernels of ``spec`` for autoreset ``mode``.
 
     Compiled lazily on first launch (per argument types), from the same scalar functions the
     numba backend compiles. ``counters`` is the 4-int device array described above; ``saved``
     receives the first refused env's action (a row). The params fields named in ``per_env``
     are read from per-env columns (``split_params``: the kernels' ``state`` argument is then
-    the flat tuple ``(*state, *columns)``).
+    the flat tuple ``(*state, *columns)``). ``fma=False``: compiled without FMA contraction.
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, params_type)
     save_action = _save_discrete if action_format(spec.action_space).integer else _save_box
@@ -104,6 +145,8 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, per_env: tuple[str, ...] = (
         if i < n:
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
 
+    if not fma:
+        no_fma(validate, step, reset)
     return validate, step, reset
 
 
@@ -186,7 +229,7 @@ class CudaEngine:
         self.kernel_params, per_env, columns = split_params(spec, kernel_params, num_envs)
         self.threads_per_block = threads_per_block
         self._grid = ((num_envs + threads_per_block - 1) // threads_per_block, threads_per_block)
-        self._kernels = compile_kernels(spec, mode, per_env, type(kernel_params))
+        self._kernels = compile_kernels(spec, mode, per_env, type(kernel_params), _fma())
         self._validate, self._step, self._reset = self._kernels
 
         fmt = action_format(spec.action_space)
@@ -395,14 +438,17 @@ class CudaEngine:
 
 
 def lower_kernels(spec: NativeEnvSpec, params: tuple, modes: tuple[int, ...],
-                  cc: tuple[int, int] = (9, 0), n: int = 4) -> None:
+                  cc: tuple[int, int] = (9, 0), n: int = 4, fma: bool = True) -> list[Any]:
     """Type-check and lower ``spec``'s validate, step and reset kernels to LLVM IR for compute
-    capability ``cc``, with host arrays laid out as ``CudaEngine`` lays out its buffers.
+    capability ``cc``, with host arrays laid out as ``CudaEngine`` lays out its buffers and the
+    NVVM options ``cuda.jit`` gives kernels (``fma=False``: those of ``no_fma``).
 
     Needs no GPU (run with the simulator off): the simulator runs kernels as Python and cannot
-    catch code that the CUDA target rejects, so the tests run this in a fresh process.
+    catch code that the CUDA target rejects, so the tests run this in a fresh process. Returns
+    the compile results, kernel by kernel: ``library.get_asm_str(cc=cc)`` is a kernel's PTX
+    (that step needs libNVVM).
     """
-    from numba.cuda.compiler import compile_cuda
+    import numba.cuda.dispatcher as dispatcher
     from numba.cuda.typing.typeof import typeof
 
     kernel_params = spec.kernel_params(params) if spec.kernel_params else params
@@ -419,12 +465,18 @@ def lower_kernels(spec: NativeEnvSpec, params: tuple, modes: tuple[int, ...],
     obs = buffers["obs"].reshape(n, -1)
     rewards, flags = buffers["rewards"], buffers["pending"]
     counters = np.zeros(4, np.int64)
+    done = []
     for mode in modes:
-        validate, step, reset = compile_kernels(spec, mode, per_env, type(kernel_params))
+        validate, step, reset = compile_kernels(spec, mode, per_env, type(kernel_params), fma)
         for kernel, args in (
             (validate, (n, kernel_state, kernel_params, actions, bounds, flags, counters)),
             (step, (n, kernel_state, kernel_params, actions, rng, 500, flags, obs, rewards,
                     flags, flags, obs, counters, saved)),
             (reset, (n, flags, rng[0], True, kernel_state, kernel_params, rng, flags, obs)),
         ):
-            compile_cuda(kernel.py_func, None, tuple(typeof(a) for a in args), cc=cc)
+            # what cuda.jit's kernels get (dispatcher._Kernel; LTO where nvJitLink is
+            # installed), through the compile_cuda that no_fma's wrapper replaces
+            done.append(dispatcher.compile_cuda(
+                kernel.py_func, None, tuple(typeof(a) for a in args), cc=cc,
+                nvvm_options={"fastmath": False, "opt": 3}, lto=True))
+    return done
