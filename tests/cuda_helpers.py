@@ -16,6 +16,8 @@ import textwrap
 
 import numpy as np
 import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
 
 SIMULATOR = os.environ.get("NUMBA_ENABLE_CUDASIM") == "1"
 
@@ -82,3 +84,36 @@ def assert_kernels_lower(script: str, timeout: float = 600) -> None:
     if done.returncode == 4:
         pytest.skip(f"no libNVVM / NVRTC to compile PTX with: {done.stdout.strip()[-300:]}")
     assert done.returncode == 0, done.stderr[-4000:]
+
+
+# --- what a GPU can capture: no value read back ------------------------------------------------
+
+#: aten ops that read a device's values back to the host or give a shape that depends on them:
+#: a GPU cannot capture them into a CUDA graph
+HOST_READS = ("_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal",
+              "unique", "repeat_interleave")
+
+
+class StepOps(TorchDispatchMode):
+    """Every aten op dispatched while active, with the shapes and dtypes of its tensors
+    (``ops``: (name, indexed by a bool tensor, ((shape, dtype), ...)))."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: list[tuple] = []
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        out = func(*args, **(kwargs or {}))
+        tensors = [x for x in (*args, *(kwargs or {}).values(), out)
+                   if isinstance(x, torch.Tensor)]
+        bool_index = func.__name__.startswith("index") and any(
+            isinstance(i, torch.Tensor) and i.dtype == torch.bool
+            for x in args if isinstance(x, list | tuple) for i in x)
+        self.ops.append((func.__name__, bool_index,
+                         tuple((tuple(t.shape), t.dtype) for t in tensors)))
+        return out
+
+
+def reads_back(ops: list[tuple]) -> list[tuple]:
+    """The ops of ``StepOps.ops`` that read a value back to the host."""
+    return [op for op in ops if op[0].split(".")[0] in HOST_READS or op[1]]

@@ -9,12 +9,26 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
 import envfleet
+from envfleet.native import tensor_math
 from envfleet.registry import backend_status
-from tests.cuda_helpers import assert_same, host
+from tests.cuda_helpers import StepOps, assert_same, host, reads_back
 
-BACKENDS = ["numba", "torch"] + (["cuda"] if backend_status("cuda") is None else [])
+#: "torch-ops": the torch engine's device route (what a GPU runs: enqueued rollouts, rewound
+#: on a refusal) on CPU tensors; "torch-cuda": the torch backend on a GPU, where there is one
+BACKENDS = (["numba", "torch", "torch-ops"]
+            + (["cuda"] if backend_status("cuda") is None else [])
+            + (["torch-cuda"] if torch.cuda.is_available() else []))
+
+
+@pytest.fixture(autouse=True)
+def device_route(request, monkeypatch):
+    """For "torch-ops", every torch op off the host route (``tensor_math.HOST_NUMPY``)."""
+    callspec = getattr(request.node, "callspec", None)
+    if callspec is not None and callspec.params.get("backend") == "torch-ops":
+        monkeypatch.setattr(tensor_math, "HOST_NUMPY", False)
 
 
 def make(backend, n, **kw):
@@ -22,7 +36,11 @@ def make(backend, n, **kw):
     kw.setdefault("max_episode_steps", 7)
     if backend == "cuda":
         kw.setdefault("threads_per_block", 32)  # the simulator pays for idle threads
-    return envfleet.make("CartPole-v1", n, backend=backend, **kw)
+    if backend == "torch-cuda":
+        kw["device"] = "cuda"
+    env = envfleet.make("CartPole-v1", n, backend=backend.split("-")[0], **kw)
+    assert getattr(env.engine, "enqueues", False) == (backend != "numba" and backend != "torch")
+    return env
 
 
 def scripted(obs):
@@ -116,6 +134,26 @@ def test_a_refused_step_names_step_and_env_and_moves_nothing_after(backend):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
+def test_disabled_refuses_the_step_after_an_episode_ends(backend):
+    """DISABLED: the step after the time limit is refused for env 0 (the first that needs a
+    reset), named as the step loop names it, the envs as they were at that step."""
+    n, steps, limit = 4, 10, 7
+    env = make(backend, n, autoreset_mode="Disabled", max_episode_steps=limit)
+    env.reset()
+    actions = np.tile(np.array([0, 1, 0, 1]), (steps, 1))
+    with pytest.raises(ValueError, match=rf"^rollout step {limit}: env 0 has finished its "
+                                         r"episode and autoreset_mode is DISABLED"):
+        env.rollout(actions)
+    ref = make("numba", n, autoreset_mode="Disabled", max_episode_steps=limit)
+    ref.reset()
+    for a in actions[:limit]:
+        ref.step(a)
+    for name, got, want in zip(ref.state._fields, env.state, ref.state, strict=True):
+        assert_same(got, want, f"state.{name}")
+    assert_same(env.engine.truncated, ref.engine.truncated, "truncated")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
 def test_rollout_checks_its_arguments(backend):
     env = make(backend, 3)
     with pytest.raises(RuntimeError, match="reset"):
@@ -143,3 +181,25 @@ def test_rollout_outputs_are_copies(backend):
         env.rollout(scripted, 3)
     np.testing.assert_array_equal(host(first.obs), kept[0])
     np.testing.assert_array_equal(host(first.next_obs), kept[1])
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_a_torch_rollout_off_the_host_reads_nothing_back(mode, monkeypatch):
+    """What a GPU captures of a torch rollout (the policy's ops aside) reads no value back and
+    repeats the same ops: checked on the device route, on CPU tensors."""
+    monkeypatch.setattr(tensor_math, "HOST_NUMPY", False)
+    env = make("torch-ops", 8, autoreset_mode=mode, max_episode_steps=50)
+    env.reset()
+    replay, runs = env.engine.replay, []
+
+    def run(key, work):
+        with StepOps() as seen:
+            work()
+        runs.append(seen.ops)
+
+    monkeypatch.setattr(replay, "run", run)
+    for _ in range(4):
+        env.rollout(scripted, 5)
+    assert len(runs) == 4
+    assert not reads_back(runs[-1]), reads_back(runs[-1])
+    assert runs[-1] == runs[2]

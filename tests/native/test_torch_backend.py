@@ -39,6 +39,7 @@ torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
 from envfleet.native.torch_backend import TorchEngine  # noqa: E402
+from tests.cuda_helpers import StepOps, reads_back  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 MODES = ["NextStep", "SameStep", "Disabled"]
@@ -644,31 +645,6 @@ def test_a_cartpole_step_on_the_host_is_a_handful_of_ops(mode: str, arithmetic_r
     assert max(per_step) <= 12, per_step
 
 
-#: aten ops that read a device's values back to the host or give a shape that depends on them:
-#: a GPU cannot capture them into a CUDA graph
-HOST_READS = ("_local_scalar_dense", "nonzero", "masked_select", "is_nonzero", "equal",
-              "unique", "repeat_interleave")
-
-
-class StepOps(TorchDispatchMode):
-    """Every aten op dispatched while active, with the shapes and dtypes of its tensors."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: list[tuple] = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        out = func(*args, **(kwargs or {}))
-        tensors = [x for x in (*args, *(kwargs or {}).values(), out)
-                   if isinstance(x, torch.Tensor)]
-        bool_index = func.__name__.startswith("index") and any(
-            isinstance(i, torch.Tensor) and i.dtype == torch.bool
-            for x in args if isinstance(x, list | tuple) for i in x)
-        self.ops.append((func.__name__, bool_index,
-                         tuple((tuple(t.shape), t.dtype) for t in tensors)))
-        return out
-
-
 @pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0",
                                     "MountainCarContinuous-v0", "Pendulum-v1"])
 @pytest.mark.parametrize("mode", MODES)
@@ -714,8 +690,7 @@ def test_a_device_step_reads_nothing_back_and_repeats_its_ops(
     for key, runs in pieces.items():
         assert len(runs) > 3, key
         for t, ops in enumerate(runs[2:], 2):  # the first two runs may initialise things
-            reads = [op for op in ops if op[0].split(".")[0] in HOST_READS or op[1]]
-            assert not reads, f"{key} run {t} reads back: {reads}"
+            assert not reads_back(ops), f"{key} run {t} reads back: {reads_back(ops)}"
             assert ops == runs[2], f"{key} run {t}: another op sequence"
         assert len(runs[2]) <= 1000
 

@@ -24,7 +24,7 @@ PARTS = ("cartpole", "rollout", "chess", "gymnax", "classic", "pgx", "fma")
 #: pgx compiles for minutes, fma (FMA contraction on and off) is a study: asked for by name
 DEFAULT_PARTS = PARTS[:-2]
 #: each part's time budget in seconds (builds and compiles included)
-PART_SECONDS = {"cartpole": 50, "classic": 60, "chess": 160, "rollout": 40, "gymnax": 40,
+PART_SECONDS = {"cartpole": 60, "classic": 60, "chess": 160, "rollout": 55, "gymnax": 40,
                 "pgx": 45, "fma": 90}
 CARTPOLE_SIZES = (1_000, 10_000, 100_000, 1_000_000, 10_000_000)
 CLASSIC = ("Acrobot-v1", "Pendulum-v1", "MountainCar-v0", "MountainCarContinuous-v0")
@@ -279,47 +279,52 @@ def chess(check: Check) -> None:
 
 
 def rollouts(check: Check, n: int = 1_000_000, steps: int = 128) -> None:
-    """CartPole rollouts on cuda: env only (a (T, N) action batch) and with a 2x64 MLP policy
-    sampling its actions on the device; steps/s over the whole rollout, graphs replayed."""
+    """CartPole rollouts on cuda (then on torch, unrecorded): env only (a (T, N) action batch)
+    and with a 2x64 MLP policy sampling its actions on the device; steps/s over the whole
+    rollout, graphs replayed."""
     import torch
 
     import envfleet
 
     n, steps = (8, 4) if DRY else (n, steps)
-    for label, hidden in (("env-only", None), ("mlp-2x64", 64)):
-        for record in (False, True):
-            if check.left() < 10:
-                check.emit(part="rollout", policy=label, n=n, error="time up")
-                return
-            try:
-                env = envfleet.make("CartPole-v1", n, backend="cuda", seed=0, copy=False)
-                env.reset(seed=0)
-                if hidden is None:
-                    policy: Any = torch.randint(0, 2, (steps, n), device=DEVICE)
-                else:
-                    net = torch.nn.Sequential(
-                        torch.nn.Linear(4, hidden), torch.nn.Tanh(),
-                        torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
-                        torch.nn.Linear(hidden, 2)).to(DEVICE)
+    runs = [("cuda", {}, label, hidden, record) for label, hidden in (("env-only", None),
+            ("mlp-2x64", 64)) for record in (False, True)]
+    runs += [("torch", {"device": DEVICE}, label, hidden, False)
+             for label, hidden in (("env-only", None), ("mlp-2x64", 64))]
+    for backend, options, label, hidden, record in runs:
+        if check.left() < 10:
+            check.emit(part="rollout", backend=backend, policy=label, n=n, error="time up")
+            return
+        try:
+            env = envfleet.make("CartPole-v1", n, backend=backend, seed=0, copy=False,
+                                **options)
+            env.reset(seed=0)
+            if hidden is None:
+                policy: Any = torch.randint(0, 2, (steps, n), device=DEVICE)
+            else:
+                net = torch.nn.Sequential(
+                    torch.nn.Linear(4, hidden), torch.nn.Tanh(),
+                    torch.nn.Linear(hidden, hidden), torch.nn.Tanh(),
+                    torch.nn.Linear(hidden, 2)).to(DEVICE)
 
-                    def policy(obs: Any, net: Any = net) -> Any:
-                        logits = net(obs)
-                        noise = torch.rand_like(logits).clamp_(1e-9, 1.0)
-                        return torch.argmax(logits - torch.log(-torch.log(noise)), dim=1)
+                def policy(obs: Any, net: Any = net) -> Any:
+                    logits = net(obs)
+                    noise = torch.rand_like(logits).clamp_(1e-9, 1.0)
+                    return torch.argmax(logits - torch.log(-torch.log(noise)), dim=1)
 
-                seconds = per_call(lambda env=env, p=policy, r=record: env.rollout(p, steps,
-                                                                                    record=r),
-                                   sync, min_s=1.0, max_calls=50)
-                check.emit(part="rollout", env="CartPole-v1", backend="cuda", policy=label,
-                           record=record, n=n, steps=steps, us_per_rollout=seconds * 1e6,
-                           steps_per_s=n * steps / seconds,
-                           graphs=captured(env, "rollout"))
-                env.close()
-                del env
-                _release()
-            except Exception as error:
-                check.emit(part="rollout", policy=label, record=record, n=n,
-                           error=repr(error)[:400])
+            seconds = per_call(lambda env=env, p=policy, r=record: env.rollout(p, steps,
+                                                                                record=r),
+                               sync, min_s=1.0, max_calls=50)
+            check.emit(part="rollout", env="CartPole-v1", backend=backend, policy=label,
+                       record=record, n=n, steps=steps, us_per_rollout=seconds * 1e6,
+                       steps_per_s=n * steps / seconds,
+                       graphs=captured(env, "rollout"))
+            env.close()
+            del env
+            _release()
+        except Exception as error:
+            check.emit(part="rollout", backend=backend, policy=label, record=record, n=n,
+                       error=repr(error)[:400])
 
 
 def gymnax_peer(check: Check) -> None:

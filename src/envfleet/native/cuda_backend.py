@@ -32,6 +32,10 @@ from numba import cuda, int32
 from envfleet.contract import check_action_batch
 from envfleet.native.driver import (
     DISABLED,
+    ENDED,
+    REFUSED,
+    REFUSED_AT,
+    STEPS,
     action_format,
     make_driver,
     refused_step_error,
@@ -44,14 +48,6 @@ from envfleet.native.spec import PARAMS, NativeEnvSpec, first_env_params, split_
 
 #: True when numba-cuda runs kernels in its simulator (no GPU involved).
 SIMULATOR = bool(cuda.config.ENABLE_CUDASIM)
-
-# The 4-int device counter of a step or a rollout (armed to ``[num_envs, 0, -1, 0]``):
-# REFUSED, the smallest env index whose step was refused (``num_envs``: none); ENDED, the
-# episodes that ended; REFUSED_AT, the step (counted from the arming) at which the first
-# refusal happened (-1: none); STEPS, the steps run since the arming. A refusal is sticky: from
-# the refused step on, no env moves until the counter is armed again.
-REFUSED, ENDED, REFUSED_AT, STEPS = 0, 1, 2, 3
-
 
 def _fma() -> bool:
     """Whether the env kernels let NVVM contract ``a * b + c`` into FMA instructions (the
@@ -214,6 +210,9 @@ class CudaEngine:
     """Structure-of-arrays buffers in device memory, stepped by CUDA kernels (one thread per
     env, ``threads_per_block`` threads per block)."""
 
+    #: ``rollout`` enqueues the steps, one wait at the end
+    enqueues = True
+
     def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
                  max_episode_steps: int, threads_per_block: int = 256) -> None:
         if (isinstance(threads_per_block, bool) or not isinstance(threads_per_block, int)
@@ -364,9 +363,10 @@ class CudaEngine:
         self.enqueue_step()
         self._counters_host.copy_(self._counters_tensor, non_blocking=True)
 
-    def collect(self, what: str = "") -> int:
+    def collect(self, what: str = "", actions: Any = None) -> int:
         """Wait for the enqueued work, raise for a refusal (``what``, formatted with the
-        refused ``step``, prefixes the message) and return the count of ended episodes."""
+        refused ``step``, prefixes the message) and return the count of ended episodes.
+        (``actions``, the rollout's log, is not needed: no env moved from the refused step.)"""
         self._counters_host.copy_(self._counters_tensor, non_blocking=True)
         return self._read_counters(what)
 

@@ -23,6 +23,13 @@ NEXT_STEP, SAME_STEP, DISABLED = 0, 1, 2
 MODE_CODES = {AutoresetMode.NEXT_STEP: NEXT_STEP, AutoresetMode.SAME_STEP: SAME_STEP,
               AutoresetMode.DISABLED: DISABLED}
 
+# The 4-int device counter of a GPU step or rollout (armed to ``[num_envs, 0, -1, 0]``):
+# REFUSED, the smallest env index whose step was refused (``num_envs``: none; the cuda engine's);
+# ENDED, the episodes that ended; REFUSED_AT, the step (counted from the arming) at which the
+# first refusal happened (-1: none); STEPS, the steps run since the arming. A refusal is sticky:
+# from the refused step on, no env moves (cuda) or the rollout is rewound to it (torch).
+REFUSED, ENDED, REFUSED_AT, STEPS = 0, 1, 2, 3
+
 
 # --- action checks, one per action-space kind -------------------------------------------------
 

@@ -1,11 +1,14 @@
 """``NativeVectorEnv.rollout``: T steps of env + policy with one wait at the end, not one per step.
 
-On the ``cuda`` backend each step is enqueued on torch's current stream (the policy's ops, the
-action load, the validation and step kernels, the recording copies) and nothing waits for the
-GPU until the rollout ends; the counter the kernels keep (``cuda_backend``) reports the first
-refused step and the episodes that ended once, at the end. From the third rollout with the same
-policy (or with an action batch) and length, the whole rollout is a captured CUDA graph, replayed
-with one launch. Other backends run the same loop with their usual per-step checks.
+On the ``cuda`` backend, and on ``torch`` off the host (a GPU), each step is enqueued on torch's
+current stream (the policy's ops, the action load, the validation and step, the recording
+copies) and nothing waits for the GPU until the rollout ends; a device counter
+(``driver.REFUSED``...) reports the first refused step and the episodes that ended once, at the
+end. From the third rollout with the same policy (or with an action batch) and length, the whole
+rollout is a captured CUDA graph, replayed with one launch. A refused step moves no env on cuda;
+the torch engine rewinds a refused rollout instead (its backup from the arming, then the earlier
+steps again from the actions log). Other backends run the same loop with their usual per-step
+checks.
 """
 
 from __future__ import annotations
@@ -54,7 +57,7 @@ def rollout(env: Any, policy: Callable[[Any], Any] | Any, num_steps: int | None,
             or num_steps < 1):
         raise ValueError(f"num_steps must be a positive int, got {num_steps!r}")
     num_steps = int(num_steps)
-    if not hasattr(e, "enqueue_step"):
+    if not getattr(e, "enqueues", False):
         return _checked_each_step(env, policy, given, num_steps, record)
     return _enqueued(env, policy, given, num_steps, record)
 
@@ -85,8 +88,8 @@ def _put(buffer: Any, t: int, value: Any) -> None:
 
 def _checked_each_step(env: Any, policy: Any, given: bool, steps: int,
                        record: bool) -> Rollout:
-    """Backends that check each step as it runs (``numba``, ``torch``): the same loop as a
-    user's, raising at the refused step."""
+    """Backends that check each step as it runs (``numba``, ``torch`` on the host): the same
+    loop as a user's, raising at the refused step."""
     e = env.engine
     space_shape = tuple(env.single_action_space.shape)
     rec = None
@@ -124,9 +127,10 @@ def _result(env: Any, rec: _Recording | None, episodes: int, copy: bool) -> Roll
 
 
 def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> Rollout:
-    """The ``cuda`` engine: steps enqueued without a wait, as one piece of work per (policy or
-    action batch, length, record) that the engine replays as a CUDA graph once warmed up
-    (``graphs.Replay``); its buffers (the recording, the action batch) stay put."""
+    """Engines that enqueue (cuda, torch off the host): steps enqueued without a wait, as one
+    piece of work per (policy or action batch, length, record) that the engine replays as a
+    CUDA graph once warmed up (``graphs.Replay``); its buffers (the recording, the action batch,
+    the actions log) stay put."""
     import torch
 
     e = env.engine
@@ -138,8 +142,12 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
             e.replay.forget(cache.pop(next(iter(cache)))["key"])
         rec = _recording(env, steps, _empty_like(e.actions, steps)) if record else None
         static = (torch.as_tensor(policy, device=e.actions.device).clone() if given else None)
+        # the actions as the env took them, which an engine that ``rewinds`` (torch) replays
+        # to undo the steps after a refused one
+        log = rec.actions if rec is not None else (
+            _empty_like(e.actions, steps) if getattr(e, "rewinds", False) else None)
         # the entry holds the policy too: its id is in the key, so it must outlive the entry
-        entry = cache[key] = {"key": key, "rec": rec, "actions": static,
+        entry = cache[key] = {"key": key, "rec": rec, "actions": static, "log": log,
                               "policy": None if given else policy}
 
         def enqueue() -> None:
@@ -149,9 +157,10 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
                 if rec is not None:
                     rec.obs[t].copy_(e.obs)
                 e.load_actions(a)
+                if log is not None:
+                    log[t].copy_(e.actions)
                 e.enqueue_step()
                 if rec is not None:
-                    rec.actions[t].copy_(e.actions)
                     rec.rewards[t].copy_(e.rewards)
                     rec.terminated[t].copy_(e.terminated)
                     rec.truncated[t].copy_(e.truncated)
@@ -165,5 +174,5 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
         entry["actions"].copy_(source)
     with torch.no_grad():
         e.replay.run(key, entry["work"])
-        episodes = e.collect("rollout step {step}: ")
+        episodes = e.collect("rollout step {step}: ", entry["log"])
     return _result(env, entry["rec"], episodes, copy=env.copy)

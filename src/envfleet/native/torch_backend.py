@@ -28,9 +28,12 @@ from envfleet.contract import PEND, RESET_NOW, begin_episodes, check_action_batc
 from envfleet.native import tensor_math
 from envfleet.native.driver import (
     DISABLED,
+    ENDED,
     MODE_CODES,
     NEXT_STEP,
+    REFUSED_AT,
     SAME_STEP,
+    STEPS,
     action_format,
     refused_step_error,
 )
@@ -163,11 +166,19 @@ class TorchEngine:
                 rewards=self.rewards, terminated=self.terminated, all=self._all)
             shape = (n,) if fmt.integer else (n, int(np.prod(fmt.shape)))
             self._actions = torch.zeros(shape, dtype=self._action_dtype, device=self.device)
+            #: the action buffer as a batch of the action space
+            self.actions = self._actions.view(n, *fmt.shape)
             self._valid = torch.zeros(1, dtype=torch.bool, pin_memory=self._pinned)
             self._ended = torch.zeros(1, dtype=torch.int64, pin_memory=self._pinned)
             self._valid_view, self._ended_view = self._valid.numpy(), self._ended.numpy()
-            self._work = {resets: functools.partial(self._advance_masked, resets)
+            self._work = {resets: functools.partial(self._step_piece, resets)
                           for resets in (False, True)}
+            # a rollout's counter (``driver.REFUSED``...; REFUSED unused: the rewind finds the
+            # env again), its armed value, its host copy, and the backup it rewinds from
+            self._armed = torch.tensor([n, 0, -1, 0], dtype=torch.int64, device=self.device)
+            self._counters = self._armed.clone()
+            self._counters_host = torch.zeros(4, dtype=torch.int64, pin_memory=self._pinned)
+            self._backup: torch.Tensor | None = None
         # Host-side hint, from numbers already read back: may an env be pending?
         self._maybe_pending = False
         self._broken = ""  # why the buffers cannot be trusted until a full reset
@@ -223,7 +234,8 @@ class TorchEngine:
             offsets.append(size)
             nbytes = int(np.prod(shape)) * dtype.itemsize
             size += -(-nbytes // _ALIGN) * _ALIGN
-        arena = torch.zeros(max(size, _ALIGN), dtype=torch.uint8, device=self.device)
+        arena = self._arena = torch.zeros(max(size, _ALIGN), dtype=torch.uint8,
+                                          device=self.device)
         views = {}
         for (name, dtype, shape), start in zip(layout, offsets, strict=True):
             nbytes = int(np.prod(shape)) * dtype.itemsize
@@ -283,7 +295,7 @@ class TorchEngine:
             a = self._host_actions(actions)
             self._refuse(a)
         else:
-            self._load(actions)
+            self.load_actions(actions)
             self.replay.run("validate", self._validate)
             self._wait()
             if not self._valid_view[0]:
@@ -457,7 +469,7 @@ class TorchEngine:
 
     # --- the device route: fixed buffers, masked resets, one read per piece of work -----------
 
-    def _load(self, actions: Any) -> None:
+    def load_actions(self, actions: Any) -> None:
         """Check shape and dtype kind, then copy the actions into the action buffer (the
         space's dtype; a float beyond float32's range becomes inf, then is refused)."""
         a = actions.detach() if isinstance(actions, torch.Tensor) else np.asarray(actions)
@@ -483,6 +495,11 @@ class TorchEngine:
         self._wait()
         return int(self._ended_view[0])
 
+    def _step_piece(self, resets: bool) -> None:
+        """The second piece of work of a step: advance, then copy out how many ended."""
+        self._advance_masked(resets)
+        self._ended.copy_(self._done.sum().view(1), non_blocking=self._pinned)
+
     def _advance_masked(self, resets: bool) -> None:
         """``_advance`` with whole-batch masks instead of gathered rows: no index read, no
         dynamic shape, so it can be captured. ``resets``: whether envs may reset this step (the
@@ -497,7 +514,6 @@ class TorchEngine:
             self._reset_masked(self.pending, None)
             begin_episodes(self.rewards, self.terminated, self.truncated, self.pending)
         done = torch.logical_or(self.terminated, self.truncated, out=self._done)
-        self._ended.copy_(done.sum().view(1), non_blocking=self._pinned)
         if self.rule != RESET_NOW:
             self.pending.copy_(done)
         elif resets:  # as ``_finish``: final_obs is rewritten on a step where an env ended
@@ -518,6 +534,61 @@ class TorchEngine:
         steps.masked_fill_(mask, 0)
         k = self._args
         self.spec.reset_torch(mask, k.state, k.params, k.rng, k.obs_rows)
+
+    # --- rollouts off the host: steps enqueued, one wait at the end ---------------------------
+
+    #: a refused rollout is undone by replaying its earlier steps (``collect``)
+    rewinds = True
+
+    @property
+    def enqueues(self) -> bool:
+        """Whether ``rollout`` enqueues this engine's steps with one wait at the end."""
+        return not self._host
+
+    def arm(self) -> None:
+        """Start a rollout: the counter re-armed, every buffer backed up (``collect`` rewinds a
+        refused rollout from this copy)."""
+        if self._backup is None:
+            self._backup = torch.empty_like(self._arena)
+        self._counters.copy_(self._armed)
+        self._backup.copy_(self._arena)
+
+    def enqueue_step(self) -> None:
+        """Validate and step every env with the action buffer, without waiting: the first
+        refused step is recorded in the counter (the envs move regardless, a refused action
+        replaced by a valid one so that no op sees it: ``collect`` rewinds them to that step).
+        Resets are always in the work: the host does not know who is pending."""
+        c, a = self._counters, self._actions
+        ok = self._check_actions(a)
+        valid = ok & ~self.pending if self.mode == DISABLED else ok
+        first = (c[REFUSED_AT] < 0) & ~valid.all()
+        c[REFUSED_AT] = torch.where(first, c[STEPS], c[REFUSED_AT])
+        a.copy_(torch.where(ok if a.dim() == 1 else ok.unsqueeze(1), a,
+                            self._low if self._format.integer else 0))
+        self._advance_masked(True)
+        c[ENDED] += self._done.sum()
+        c[STEPS] += 1
+
+    def collect(self, what: str = "", actions: Any = None) -> int:
+        """Wait for the enqueued steps; return the count of ended episodes, or, for a refused
+        step, rewind every env to it (the backup, then the earlier steps again with
+        ``actions``, the rollout's ``(steps, num_envs, ...)`` log: the same ops give the same
+        bits) and raise its error prefixed by ``what`` (formatted with the ``step``)."""
+        self._counters_host.copy_(self._counters, non_blocking=self._pinned)
+        self._wait()
+        self._maybe_pending = True  # any env may have ended on the last step
+        _, ended, refused_at, _ = (int(v) for v in self._counters_host.tolist())
+        if refused_at < 0:
+            return ended
+        self._arena.copy_(self._backup)
+        for a in actions[:refused_at]:
+            self._actions.copy_(a.reshape(self._actions.shape))
+            self._advance_masked(True)
+        try:
+            self._raise_refused(actions[refused_at].reshape(self._actions.shape))
+        except ValueError as error:
+            raise ValueError(what.format(step=refused_at) + str(error)) from None
+        raise AssertionError(f"step {refused_at} was refused but its actions are valid")
 
     def _wait(self) -> None:
         """Wait for the work enqueued on the device (its reads are in pinned memory)."""

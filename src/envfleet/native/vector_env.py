@@ -183,12 +183,14 @@ class NativeVectorEnv(VectorContract):
         batch of observations, in the backend's array type) or from ``policy[t]`` (a batch of
         ``(num_steps, num_envs, *action_shape)`` actions).
 
-        Autoreset and time limits as in ``step``. On ``cuda`` nothing waits for the GPU until the
-        rollout ends (and from the third rollout with the same policy and length, the whole
-        rollout replays one captured CUDA graph: the policy must then be capturable, i.e. read
-        nothing back to the host; otherwise it is launched step by step, with a warning). A
-        refused action raises ``ValueError("rollout step t: ...")`` naming the step and env;
-        from that step on no env moved. Returns a ``Rollout`` of ``(num_steps, num_envs, ...)``
+        Autoreset and time limits as in ``step``. On ``cuda``, and on ``torch`` with a GPU,
+        nothing waits for the GPU until the rollout ends (and from the third rollout with the
+        same policy and length, the whole rollout replays one captured CUDA graph: the policy
+        must then be capturable, i.e. read nothing back to the host; otherwise it is launched
+        step by step, with a warning). A refused action raises ``ValueError("rollout step t:
+        ...")`` naming the step and env; the envs are left as they were at step t (torch on a
+        GPU rewinds them to it: the rollout's first state kept in a copy of the env's buffers,
+        then its earlier steps again). Returns a ``Rollout`` of ``(num_steps, num_envs, ...)``
         recordings (``record=False``: only ``next_obs`` and the ended episodes' count), copies
         unless the env was made with ``copy=False`` (then buffers the next rollout overwrites).
         """
