@@ -278,7 +278,7 @@ def _square_batch(x: Any) -> Any:
 
 
 #: the passes each way of ``_wrap`` over a batch on a device: a step moves an angle by at most
-#: ~9.3 pi (2 x 10^7 states sampled near both speed limits), i.e. 5 passes
+#: ~9.3 pi (10^7 states sampled near both speed limits), i.e. 5 passes
 DEVICE_WRAPS = 8
 
 
