@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # envfleet train CartPole-v1 on the GPU end to end (--backend cuda --device cuda: observations,
-# actions and rewards stay on the device) against the CPU trainer (--backend numba --device
-# cpu) on the same host, each under a time limit (LIMIT seconds of training, default 25; about
-# 70 s in all with startup and compiling). Writes each run's --json summary and log to
+# actions and rewards stay on the device; then --backend torch --device cuda, its steps replayed
+# CUDA graphs) against the CPU trainer (--backend numba --device cpu) on the same host, each
+# under a time limit (LIMIT seconds of training, default 25; about 100 s in all with startup and
+# compiling). Writes each run's --json summary and log to
 # $OUT/gpu-train (default ./gpu-train) and prints env-only / ideal / end-to-end steps/s, the
 # time to solve and the compile time of each, with the card and the host CPU.
 #
@@ -30,6 +31,7 @@ run() {  # run NAME FLAGS...: one training run under a hard limit, its log and s
 }
 
 run cuda --backend cuda --device cuda
+run torch --backend torch --device cuda
 run numba --backend numba --device cpu
 
 "$py" - "$out" <<'EOF'
@@ -47,7 +49,7 @@ cpu = next((line.split(":", 1)[1].strip() for line in subprocess.run(
 print(f"\nCartPole-v1 preset (8 envs x 32 steps); GPU {card}; host CPU {cpu}")
 print(f"{'run':<6} {'env-only':>10} {'ideal':>10} {'end-to-end':>10} {'solved at':>10} "
       f"{'steps':>8} {'compile':>8} {'stop':>10}")
-for name in ("cuda", "numba"):
+for name in ("cuda", "torch", "numba"):
     path = out / f"{name}.json"
     if not path.exists():
         print(f"{name:<6} (no summary: see {name}.log)")
