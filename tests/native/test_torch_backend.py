@@ -519,6 +519,38 @@ def test_on_a_gpu_steps_replay_captured_graphs_with_cpu_dynamics(mode: str) -> N
     assert len(graphs) == len(b.replay.entries)
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Acrobot-v1", "MountainCar-v0",
+                                    "MountainCarContinuous-v0", "Pendulum-v1"])
+@pytest.mark.parametrize("mode", MODES)
+def test_on_a_gpu_every_family_steps_and_rolls_out_from_graphs(env_id: str, mode: str) -> None:
+    """Every classic family's torch forms capture on a GPU (a failed capture warns, and warnings
+    are errors here): its steps and its rollouts replay graphs."""
+    import warnings
+
+    n = 256
+    env = envfleet.make(env_id, n, backend="torch", device="cuda", seed=0, copy=False,
+                        autoreset_mode=mode, max_episode_steps=5)
+    env.reset(seed=0)
+    space = env.single_action_space
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for _ in range(20):
+            actions = torch.from_numpy(np.stack([space.sample() for _ in range(n)])).cuda()
+            _, _, terminated, truncated, _ = env.step(actions)
+            if mode == "Disabled":
+                env.reset(options={"reset_mask": host(terminated | truncated)})
+        if mode != "Disabled":  # (a DISABLED rollout is refused once an episode ends)
+            batch = torch.from_numpy(np.stack([[space.sample() for _ in range(n)]
+                                               for _ in range(4)])).cuda()
+            for _ in range(3):
+                env.rollout(batch)
+    replay = env.engine.replay
+    assert replay.captured("validate") and replay.captured("step"), replay.entries
+    assert mode == "Disabled" or replay.captured("rollout"), replay.entries
+    assert -1 not in replay.entries.values(), replay.entries  # no capture failed
+
+
 def test_device_argument() -> None:
     engine = TorchEngine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10,
                          device=torch.device("cpu"))
