@@ -287,10 +287,10 @@ def rollouts(check: Check, n: int = 1_000_000, steps: int = 128) -> None:
     import envfleet
 
     n, steps = (8, 4) if DRY else (n, steps)
-    runs = [("cuda", {}, label, hidden, record) for label, hidden in (("env-only", None),
-            ("mlp-2x64", 64)) for record in (False, True)]
-    runs += [("torch", {"device": DEVICE}, label, hidden, False)
-             for label, hidden in (("env-only", None), ("mlp-2x64", 64))]
+    policies = (("env-only", None), ("mlp-2x64", 64))
+    runs = [("cuda", {}, label, hidden, record)
+            for label, hidden in policies for record in (False, True)]
+    runs += [("torch", {"device": DEVICE}, label, hidden, False) for label, hidden in policies]
     for backend, options, label, hidden, record in runs:
         if check.left() < 10:
             check.emit(part="rollout", backend=backend, policy=label, n=n, error="time up")

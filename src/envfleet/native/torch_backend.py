@@ -158,12 +158,13 @@ class TorchEngine:
         # host memory at the end of each piece of work, which a GPU replays as a CUDA graph.
         self._pinned = self.device.type == "cuda"
         self.replay = Replay(self._pinned and graphs_wanted())
+        #: what the family's forms get: the tensors (the host route may swap in NumPy views)
+        self._args = SimpleNamespace(
+            state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
+            rewards=self.rewards, terminated=self.terminated, all=self._all)
         if self._host:
             self._host_buffers()
         else:
-            self._args = SimpleNamespace(
-                state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
-                rewards=self.rewards, terminated=self.terminated, all=self._all)
             shape = (n,) if fmt.integer else (n, int(np.prod(fmt.shape)))
             self._actions = torch.zeros(shape, dtype=self._action_dtype, device=self.device)
             #: the action buffer as a batch of the action space
@@ -196,7 +197,7 @@ class TorchEngine:
             truncated=self.truncated.numpy(), pending=self.pending.numpy(),
             done=self._done.numpy(),
             per_env={name: getattr(self.params, name).numpy() for name in self._per_env})
-        # What the family's forms get: NumPy views of the buffers when the forms take them
+        # NumPy views of the buffers for the family's forms when they take them
         # (``tensor_math.takes_arrays``: no conversion per call), else the tensors.
         self._arrays = all(getattr(form, "takes_arrays", False)
                            for form in (self.spec.reset_torch, self.spec.step_torch))
@@ -208,10 +209,6 @@ class TorchEngine:
                 state=State(*b.state), params=params, rng=(b.seeds, b.episodes, b.steps),
                 obs_rows=b.obs_rows, rewards=b.rewards, terminated=b.terminated,
                 all=np.ones(n, dtype=np.bool_))
-        else:
-            self._args = SimpleNamespace(
-                state=self.state, params=self.params, rng=self.rng, obs_rows=self._obs_rows,
-                rewards=self.rewards, terminated=self.terminated, all=self._all)
         self._tensor = (lambda t: t) if self._arrays else torch.from_numpy
         #: NumPy views of the outputs, for ``copy``
         self._views = {id(t): t.numpy() for t in (
@@ -479,12 +476,14 @@ class TorchEngine:
                 a = torch.from_numpy(np.array(a, dtype=self._format.dtype, order="C"))
         self._actions.copy_(a.reshape(self._actions.shape))
 
+    def _steppable(self, ok: torch.Tensor) -> torch.Tensor:
+        """Per env, whether it may step: its action is ``ok`` and, under DISABLED, it does not
+        wait for a reset."""
+        return ok & ~self.pending if self.mode == DISABLED else ok
+
     def _validate(self) -> None:
-        """Whether every loaded action may step (DISABLED: and no env waits for a reset),
-        copied to the host."""
-        valid = self._check_actions(self._actions)
-        if self.mode == DISABLED:
-            valid = valid & ~self.pending
+        """Whether every loaded action may step, copied to the host."""
+        valid = self._steppable(self._check_actions(self._actions))
         self._valid.copy_(valid.all().view(1), non_blocking=self._pinned)
 
     def _advance_on_device(self) -> int:
@@ -560,8 +559,7 @@ class TorchEngine:
         Resets are always in the work: the host does not know who is pending."""
         c, a = self._counters, self._actions
         ok = self._check_actions(a)
-        valid = ok & ~self.pending if self.mode == DISABLED else ok
-        first = (c[REFUSED_AT] < 0) & ~valid.all()
+        first = (c[REFUSED_AT] < 0) & ~self._steppable(ok).all()
         c[REFUSED_AT] = torch.where(first, c[STEPS], c[REFUSED_AT])
         a.copy_(torch.where(ok if a.dim() == 1 else ok.unsqueeze(1), a,
                             self._low if self._format.integer else 0))
@@ -577,7 +575,7 @@ class TorchEngine:
         self._counters_host.copy_(self._counters, non_blocking=self._pinned)
         self._wait()
         self._maybe_pending = True  # any env may have ended on the last step
-        _, ended, refused_at, _ = (int(v) for v in self._counters_host.tolist())
+        _, ended, refused_at, _ = self._counters_host.tolist()
         if refused_at < 0:
             return ended
         self._arena.copy_(self._backup)
@@ -597,9 +595,7 @@ class TorchEngine:
 
     def _raise_refused(self, a: torch.Tensor) -> None:
         """Raise the error naming the first refused env of the actions ``a``."""
-        valid = self._check_actions(a)
-        if self.mode == DISABLED:
-            valid = valid & ~self.pending
+        valid = self._steppable(self._check_actions(a))
         index = int(torch.nonzero(~valid)[0, 0])
         raise refused_step_error(self.spec, index, a[index],
                                  self.mode == DISABLED and bool(self.pending[index]))
