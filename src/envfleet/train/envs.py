@@ -23,18 +23,21 @@ class UnsupportedSpaceError(ValueError):
     """A space this trainer has no policy for (the message names it)."""
 
 
-def make_envs(args: Any, num_envs: int, seed: int) -> Any:
+def make_envs(args: Any, num_envs: int, seed: int, evaluation: bool = False) -> Any:
     """``num_envs`` envs for ``args`` (a ``ppo.Args``; NEXT_STEP; zero-copy outputs where the
-    env offers it); an env whose spaces the agent has no head for is closed and refused
+    env offers it): the training env, or with ``evaluation`` the evaluation env (on
+    ``eval_backend``); an env whose spaces the agent has no head for is closed and refused
     (``UnsupportedSpaceError`` naming the env and the space)."""
     import envfleet
 
     backend, kwargs = args.backend, dict(args.env_kwargs)
-    if num_envs != args.num_envs and backend == "subprocess":
-        backend = "serial"  # evaluation: no 100 processes for 100 episodes
-    numba_env = backend == "numba" or (backend == "auto" and isinstance(args.env_id, str)
-                                       and args.env_id.removeprefix("envfleet/")
-                                       in envfleet.list_envs())
+    if evaluation:
+        backend = eval_backend(args.env_id, backend)
+    else:  # the training env's executor: its workers and their CPUs, where given
+        for key, option in (("num_workers", "num_workers"), ("cpus_per_worker", "num_cpus")):
+            if getattr(args, key, None) is not None:
+                kwargs[option] = getattr(args, key)
+    numba_env = backend == "numba" or (backend == "auto" and _is_native(args.env_id))
     if numba_env and args.env_threads is not None:
         kwargs.setdefault("num_threads", args.env_threads)
     try:
@@ -50,6 +53,22 @@ def make_envs(args: Any, num_envs: int, seed: int) -> Any:
         env.close()
         raise UnsupportedSpaceError(f"{args.env_id}: {error}") from None
     return env
+
+
+def _is_native(env_id: Any) -> bool:
+    from envfleet.registry import _native_name  # make()'s own lookup
+
+    return isinstance(env_id, str) and _native_name(env_id) is not None
+
+
+def eval_backend(env_id: Any, backend: str) -> str:
+    """The evaluation env's backend for a training env on ``backend``: the same, but for
+    ``subprocess`` (no 100 processes for 100 episodes) and ``ray`` (the training env may hold
+    every CPU of the cluster: Ray would refuse a second env), whose evaluation runs in this
+    process: ``numba`` for native ids, else ``serial``."""
+    if backend == "subprocess" or (backend == "ray" and not _is_native(env_id)):
+        return "serial"
+    return "numba" if backend == "ray" else backend
 
 
 def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:
