@@ -271,7 +271,7 @@ def test_a_budget_below_one_rollout_shrinks_it_and_says_so_once(tmp_path, capsys
                  "--json", str(out)]) == 0
     text = capsys.readouterr().out
     assert text.count("rollouts shrunk to 12 steps x 8 envs") == 1
-    assert "ppo: 12 steps x 8 envs per rollout" in text
+    assert "ppo: 12 steps x 8 envs per rollout" in text and "evaluated at the end" in text
     assert "stopped after the 100-step budget (96 steps, in whole rollouts of 96)" in text
     assert json.loads(out.read_text())["total_steps"] == 96
 

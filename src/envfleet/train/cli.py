@@ -539,7 +539,8 @@ def run_train(options: argparse.Namespace) -> int:
     bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                    console=console, auto_refresh=False, disable=options.quiet, transient=True)
-    task = bar.add_task("training", total=args.total_steps, info="")
+    batch = args.num_envs * args.num_steps  # whole rollouts: the steps the budget runs
+    task = bar.add_task("training", total=max(1, args.total_steps // batch) * batch, info="")
     state = {"last_log": -math.inf, "last_refresh": -math.inf, "eval": "-"}
 
     def on_progress(p: ppo.Progress) -> None:
@@ -561,9 +562,9 @@ def run_train(options: argparse.Namespace) -> int:
 
     def on_top_up(done: int, wanted: int) -> None:  # the ideal loop after a short run
         if "ideal" not in state:
-            state["ideal"] = bar.add_task(
-                f"ideal loop ({wanted} more iterations, at most {args.ideal_top_up_s:g} s; "
-                f"--no-ideal skips it)", total=wanted, info="")
+            bar.update(task, visible=False)
+            state["ideal"] = bar.add_task("ideal loop", total=wanted, info=(
+                f"at most {args.ideal_top_up_s:g} s (--no-ideal skips it)"))
         bar.update(state["ideal"], completed=done)
         bar.refresh()
 
@@ -767,7 +768,8 @@ def header(args: Any) -> list[str]:
     return [f"[bold]envfleet train[/bold] {args.env_id} backend={backend} "
             f"num_envs={args.num_envs} seed={args.seed}; budget {budget}; target "
             + ("none" if args.target_return is None else f"{args.target_return:g} (greedy "
-               f"{args.eval_episodes}-episode mean, evaluated every {args.eval_every:,} steps)"),
+               f"{args.eval_episodes}-episode mean, evaluated "
+               + (f"every {args.eval_every:,} steps)" if args.eval_every > 0 else "at the end)")),
             f"ppo: {args.num_steps} steps x {args.num_envs} envs per rollout, "
             f"{args.num_minibatches} minibatch{'es' if args.num_minibatches > 1 else ''} of "
             f"{minibatch} x {args.update_epochs} epochs, lr {args.learning_rate:g}"
