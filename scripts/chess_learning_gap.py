@@ -143,11 +143,11 @@ def lockstep(steps: int, seed: int) -> None:
     made: dict[str, Any] = {}
     real_make_envs = ppo.make_envs
 
-    def make_envs(a: ppo.Args, n: int, s: int, evaluation: bool = False) -> Any:
-        if not evaluation and made.get("lockstep"):
+    def make_envs(a: ppo.Args, n: int, s: int) -> Any:
+        if n == a.num_envs and made.get("lockstep"):
             made["env"] = LockstepVectorEnv(n, s, **a.env_kwargs)
             return made["env"]
-        return real_make_envs(a, n, s, evaluation)
+        return real_make_envs(a, n, s)
 
     agents, seconds = [], []
     ppo.make_envs = make_envs  # train() builds its envs through this module's name

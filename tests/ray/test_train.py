@@ -25,9 +25,9 @@ def spy_on_envs(monkeypatch) -> list[dict]:
     made: list[dict] = []
     real = ppo.make_envs
 
-    def make_envs(args, num_envs, seed, evaluation=False):
-        env = real(args, num_envs, seed, evaluation)
-        made.append({"evaluation": evaluation, "env": env.unwrapped,
+    def make_envs(args, num_envs, seed):
+        env = real(args, num_envs, seed)
+        made.append({"backend": args.backend, "env": env.unwrapped,
                      "workers": getattr(env.unwrapped, "num_workers", None),
                      "asks": getattr(env.unwrapped, "_asks", None),
                      "free_cpus": ray.available_resources().get("CPU", 0.0)})
@@ -55,8 +55,8 @@ def test_train_env_takes_every_cpu_and_evaluation_runs_here(monkeypatch, tmp_pat
     assert main(["train", "CartPole-v1", "--backend", "ray", "--num-envs", "3",
                  "--num-workers", "3", "--cpus-per-worker", "2", *TINY,
                  "--json", str(out)]) == 0
-    training, evaluation = made
-    assert not training["evaluation"] and evaluation["evaluation"]
+    training, evaluation = made  # built in this order
+    assert training["backend"] == "ray" and evaluation["backend"] == "numba"
     assert training["workers"] == 3 and training["asks"] == {"CPU": 2.0}
     assert training["free_cpus"] == 0  # every CPU of the cluster is the training env's
     assert isinstance(evaluation["env"], NativeVectorEnv)  # numba, in this process

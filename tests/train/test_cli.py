@@ -302,7 +302,7 @@ def test_worker_options_reach_the_training_env_only(monkeypatch):
     """--num-workers / --cpus-per-worker are the training env's make() options (pool: its
     processes; ray: actors, CPUs each); its evaluation env gets neither (local for ray)."""
     import envfleet
-    from envfleet.train.envs import make_envs
+    from envfleet.train.envs import evaluation_args, make_envs
 
     made, real_make = [], envfleet.make
 
@@ -314,7 +314,7 @@ def test_worker_options_reach_the_training_env_only(monkeypatch):
     args = _args("CartPole-v1", "--backend", "ray", "--num-workers", "3",
                  "--cpus-per-worker", "0.5")
     make_envs(args, 8, 1).close()
-    make_envs(args, 100, 2, evaluation=True).close()
+    make_envs(evaluation_args(args), 100, 2).close()
     (train_backend, train_kwargs), (eval_backend, eval_kwargs) = made
     assert train_backend == "ray" and (train_kwargs["num_workers"], train_kwargs["num_cpus"]) \
         == (3, 0.5)

@@ -4,6 +4,7 @@ policy's actions into what it takes, and warm it up before the clocks start."""
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import gymnasium
@@ -23,20 +24,19 @@ class UnsupportedSpaceError(ValueError):
     """A space this trainer has no policy for (the message names it)."""
 
 
-def make_envs(args: Any, num_envs: int, seed: int, evaluation: bool = False) -> Any:
+def make_envs(args: Any, num_envs: int, seed: int) -> Any:
     """``num_envs`` envs for ``args`` (a ``ppo.Args``; NEXT_STEP; zero-copy outputs where the
-    env offers it): the training env, or with ``evaluation`` the evaluation env (on
-    ``eval_backend``); an env whose spaces the agent has no head for is closed and refused
-    (``UnsupportedSpaceError`` naming the env and the space)."""
+    env offers it; the executor's workers and their CPUs where given); an env whose spaces the
+    agent has no head for is closed and refused (``UnsupportedSpaceError`` naming the env and
+    the space). The evaluation env: ``make_envs(evaluation_args(args), ...)``."""
     import envfleet
 
     backend, kwargs = args.backend, dict(args.env_kwargs)
-    if evaluation:
-        backend = eval_backend(args.env_id, backend)
-    else:  # the training env's executor: its workers and their CPUs, where given
-        for key, option in (("num_workers", "num_workers"), ("cpus_per_worker", "num_cpus")):
-            if getattr(args, key, None) is not None:
-                kwargs[option] = getattr(args, key)
+    if num_envs != args.num_envs and backend == "subprocess":
+        backend = "serial"  # evaluation: no 100 processes for 100 episodes
+    for key, option in (("num_workers", "num_workers"), ("cpus_per_worker", "num_cpus")):
+        if getattr(args, key, None) is not None:
+            kwargs[option] = getattr(args, key)
     numba_env = backend == "numba" or (backend == "auto" and _is_native(args.env_id))
     if numba_env and args.env_threads is not None:
         kwargs.setdefault("num_threads", args.env_threads)
@@ -69,6 +69,13 @@ def eval_backend(env_id: Any, backend: str) -> str:
     if backend == "subprocess" or (backend == "ray" and not _is_native(env_id)):
         return "serial"
     return "numba" if backend == "ray" else backend
+
+
+def evaluation_args(args: Any) -> Any:
+    """``args`` (a ``ppo.Args``) for the evaluation env: on ``eval_backend``, with the
+    backend's own workers (``num_workers`` and ``cpus_per_worker`` are the training env's)."""
+    return dataclasses.replace(args, backend=eval_backend(args.env_id, args.backend),
+                               num_workers=None, cpus_per_worker=None)
 
 
 def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:

@@ -25,7 +25,15 @@ from torch import nn
 
 from envfleet.machine import capped_threads
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
-from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions, make_envs, warm_up
+from envfleet.train.envs import (
+    action_mask,
+    as_tensor,
+    box_bounds,
+    env_actions,
+    evaluation_args,
+    make_envs,
+    warm_up,
+)
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
 from envfleet.train.ideal import IdealLoop
 from envfleet.train.nets import ActorCritic
@@ -39,7 +47,7 @@ class Args:
     """the env id (native id or any Gymnasium id)"""
     backend: str = "auto"
     """envfleet backend: numba, torch, cuda (native ids) or serial, subprocess, pool, ray (any
-    id; the evaluation env of subprocess and ray runs in this process: ``envs.eval_backend``)"""
+    id; the evaluation env of subprocess and ray runs in this process: ``envs.evaluation_args``)"""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """extra keyword arguments for envfleet.make (e.g. opponent for Chess-v0)"""
     num_envs: int = 8
@@ -451,8 +459,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     # -- build and warm up (JIT compile, first touches): reported apart as compile_s
     t_build = time.perf_counter()
     env = make_envs(args, args.num_envs, args.seed)  # spaces the agent has no head for: refused
-    eval_env = make_envs(args, args.eval_episodes, args.seed + EVAL_SEED_OFFSET,
-                         evaluation=True)
+    eval_env = make_envs(evaluation_args(args), args.eval_episodes,
+                         args.seed + EVAL_SEED_OFFSET)  # (ray, subprocess: in this process)
     agent = build_agent(env, args)
     optimizer = make_optimizer(agent, args)
     bounds = box_bounds(env.single_action_space, device)
