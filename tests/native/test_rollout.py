@@ -400,3 +400,20 @@ def test_a_failed_allocation_is_the_same_error(backend, monkeypatch):
                        match=r"rollout with num_steps=1000000000000000000: its buffers could "
                              r"not be allocated .*: use fewer steps"):
         env.rollout(scripted, 10**18)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_action_batch_is_checked_as_the_step_loop_checks_it_every_time(backend):
+    """A batch of another shape or dtype after a good one (which the enqueued route keeps a
+    buffer for) is refused as the step loop refuses it, not converted into the kept buffer."""
+    n, steps = 3, 4
+    env = make(backend, n)
+    env.reset()
+    good = np.ones((steps, n), np.int64)
+    env.rollout(good)
+    with pytest.raises(ValueError, match=r"^rollout step 0: .*integer"):
+        env.rollout(np.full((steps, n), 0.7))
+    with pytest.raises(ValueError, match=rf"^rollout step 0: actions must have shape \({n},\)"):
+        env.rollout(np.ones((steps, n + 1), np.int64))
+    out = env.rollout(good)
+    assert_same(out.actions, good, "actions")

@@ -233,7 +233,11 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
 
     e = env.engine
     cache: dict[tuple, Any] = env.__dict__.setdefault("_rollouts", {})
-    key = ("rollout", "actions" if given else id(policy), steps, record)
+    # an action batch on the device; one entry per shape and dtype: each step's batch is
+    # checked as the step loop checks it (a batch copied into another's would be converted)
+    source = torch.as_tensor(policy, device=e.actions.device) if given else None
+    key = ("rollout", ("actions", tuple(source.shape), source.dtype) if given else id(policy),
+           steps, record)
     entry = cache.get(key)
     if entry is None:
         rewinds = getattr(e, "rewinds", False)
@@ -247,7 +251,7 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
         rec = (_allocated(env, steps, lambda: _recording(env, steps,
                                                          _empty_like(e.actions, steps)))
                if record else None)
-        static = (torch.as_tensor(policy, device=e.actions.device).clone() if given else None)
+        static = source.clone() if given else None
         # the actions as the env took them, which an engine that ``rewinds`` (torch) replays
         # to undo the steps after a refused one
         log = rec.actions if rec is not None else (
@@ -289,10 +293,6 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
 
         entry["work"] = enqueue
     elif given:  # the batch goes where the captured work reads it
-        source = torch.as_tensor(policy, device=e.actions.device)
-        if tuple(source.shape) != tuple(entry["actions"].shape):
-            raise ValueError(f"actions must have shape {tuple(entry['actions'].shape)}, got "
-                             f"{tuple(source.shape)}")
         entry["actions"].copy_(source)
     failure = None
     with torch.no_grad():

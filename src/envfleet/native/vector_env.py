@@ -190,15 +190,17 @@ class NativeVectorEnv(VectorContract):
         nothing waits for the GPU until the rollout ends (and from the third rollout with the
         same policy and length, the whole rollout replays one captured CUDA graph: the policy
         must then be capturable, i.e. read nothing back to the host; otherwise it is launched
-        step by step, with a warning). A refused action raises ``ValueError("rollout step t:
-        ...")`` naming the step and env; the envs are left as they were at step t (torch on a
-        GPU rewinds them to it: the rollout's first state kept in a copy of the env's buffers,
-        then its earlier steps again). Returns a ``Rollout`` of ``(num_steps, num_envs, ...)``
-        recordings (``record=False``: only ``next_obs`` and the ended episodes' count), copies
-        unless the env was made with ``copy=False`` (then buffers the next rollout overwrites);
-        SAME_STEP records ``final_obs`` too (row ``[t, i]``: env i's last observation when its
-        episode ended at step t, zero otherwise). A recording that cannot fit in memory is
-        refused before anything is allocated (``InsufficientMemoryError``).
+        step by step, with a warning; a replay does not call the policy: the inputs it kept
+        from the captured calls are rewritten by each replay). A refused action raises
+        ``ValueError("rollout step t: ...")`` naming the step and env; the envs are left as
+        they were at step t (torch on a GPU rewinds them to it: the rollout's first state kept
+        in a copy of the env's buffers, then its earlier steps again). Returns a ``Rollout`` of
+        ``(num_steps, num_envs, ...)`` recordings (``record=False``: only ``next_obs`` and the
+        ended episodes' count), copies unless the env was made with ``copy=False`` (then
+        buffers the next rollout overwrites); SAME_STEP records ``final_obs`` too (row
+        ``[t, i]``: env i's last observation when its episode ended at step t, zero
+        otherwise). A recording that cannot fit in memory is refused before anything is
+        allocated (``InsufficientMemoryError``).
         """
         self._check_open()
         self._check_has_reset("rollout")
