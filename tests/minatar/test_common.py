@@ -80,6 +80,8 @@ def test_sticky_action_prob_out_of_range_is_refused_by_name(value) -> None:
     with pytest.raises(ValueError, match=r"^MinAtar Breakout: sticky_action_prob must be a "
                                          r"probability in \[0, 1\], got "):
         envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=value)
+    with pytest.raises(ValueError, match=r"got about -10\*\*400$"):
+        envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=-10**400)
 
 
 @pytest.mark.parametrize("value", [0, 1, 0.5, np.float32(0.25), np.int64(1)])

@@ -100,8 +100,11 @@ def params_maker(game: str, actions: tuple[int, ...]) -> Callable[..., MinAtarPa
         # OverflowError; NaN compares False
         if isinstance(value, bool) or not isinstance(value, int | float) \
                 or not 0 <= value <= 1:
+            got = (f"about {'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
+                   if isinstance(value, int) and abs(value) >= 10**16
+                   else repr(sticky_action_prob))
             raise ValueError(f"MinAtar {game}: sticky_action_prob must be a probability in "
-                             f"[0, 1], got {sticky_action_prob!r}")
+                             f"[0, 1], got {got}")
         if not isinstance(difficulty_ramping, bool | np.bool_):
             raise TypeError(f"MinAtar {game}: difficulty_ramping must be True or False, got "
                             f"{difficulty_ramping!r}")
