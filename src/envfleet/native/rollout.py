@@ -241,11 +241,10 @@ def _enqueued(env: Any, policy: Any, given: bool, steps: int, record: bool) -> R
     entry = cache.get(key)
     if entry is None:
         rewinds = getattr(e, "rewinds", False)
-        actions_bytes = _step_bytes(env, False, True)
-        # the recording (twice: copy=True hands out copies), the log, the action batch
-        _check_memory(env, steps, _step_bytes(env, record, rewinds) * (2 if record and env.copy
-                                                                      else 1)
-                      + (actions_bytes if given else 0))
+        # the recording or the log (the recording twice: copy=True hands out copies), and
+        # the action batch
+        kept = _step_bytes(env, record, rewinds) * (2 if record and env.copy else 1)
+        _check_memory(env, steps, kept + (_step_bytes(env, False, True) if given else 0))
         if len(cache) >= MAX_GRAPHS:
             e.replay.forget(cache.pop(next(iter(cache)))["key"])
         rec = (_allocated(env, steps, lambda: _recording(env, steps,
