@@ -429,6 +429,16 @@ def test_actors_no_node_can_host_are_refused_at_once_or_named_after_the_start_ti
     assert caught.value.env_indices in ((0,), (1,))  # (Ray places either one first)
 
 
+def test_the_default_number_of_actors_fits_the_nodes_one_by_one() -> None:
+    """Without num_workers: as many actors as the nodes hold one by one: nodes of 4 and 2
+    CPUs hold one actor of 3 CPUs (on the head), not 6 // 3 = 2, which cannot all be placed."""
+    env = on_ray(counting(4), 4, num_cpus=3)
+    try:
+        assert env.unwrapped.num_workers == 1
+    finally:
+        env.close()
+
+
 def test_bad_input_is_refused_before_any_actor_starts() -> None:
     before = len(actor_states())
     with pytest.raises(TypeError, match=r"\['bogus'\]"):

@@ -246,6 +246,20 @@ def _nodes_text(nodes: dict[str, dict[str, float]], asks: dict[str, float]) -> s
     return f"{text}{more}" if best else "no live node"
 
 
+def _default_workers(ray: Any, num_cpus: float) -> int:
+    """As many actors asking ``num_cpus`` as the cluster's CPUs hold, node by node (two nodes
+    of 3 CPUs hold two actors of 2 CPUs, not three); at least one."""
+    try:
+        from ray._private.state import total_resources_per_node
+
+        nodes = list(total_resources_per_node().values())
+    except Exception:  # (Ray Client: the cluster's totals)
+        nodes = [ray.cluster_resources()]
+    cpus = [n.get("CPU", 0.0) for n in nodes]
+    fits = sum(math.floor(c / num_cpus + 1e-9) for c in cpus) if num_cpus else sum(cpus)
+    return max(1, int(fits))
+
+
 def _check_room(ray: Any, workers: int, asks: dict[str, float], placement: Any) -> None:
     """Refuse at once (``EnvWorkerError``) when the cluster has less free than ``workers``
     actors asking ``asks`` each need in all, or when its nodes, one by one, have room for
@@ -369,8 +383,7 @@ class RayVectorEnv(ShareFleet):
                 if envs_per_worker is not None:
                     num_workers = math.ceil(num_envs / envs_per_worker)
                 else:
-                    cpus = ray.cluster_resources().get("CPU", 1.0)
-                    num_workers = max(1, int(cpus // num_cpus) if num_cpus else int(cpus))
+                    num_workers = _default_workers(ray, num_cpus)
             self.num_workers = min(int(num_workers), num_envs)
             actor_options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus,
                                              "max_restarts": 0, "max_concurrency": 1}
