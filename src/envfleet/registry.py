@@ -446,6 +446,8 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False,
     module = _registering_module()
     if module is not None:
         REGISTERED_BY[env_id] = module
+    else:  # (replace=True from a function: the old module would register the old spec)
+        REGISTERED_BY.pop(env_id, None)
     gymnasium.registry.pop(full_id, None)  # replace=True: no "overriding" warning
     _register_gym(spec)
 
