@@ -8,7 +8,9 @@ default.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
+import os
 import sys
 
 from envfleet.command import CommandError, check_output
@@ -65,10 +67,42 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``."""
+    for action in parser._actions:
+        if isinstance(action.choices, dict) and name in action.choices:
+            return action.choices[name]
+    raise KeyError(name)
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the option each unknown one most
+    likely meant (``--num_envs``: ``--num-envs``)."""
+    options = [o for action in parser._actions for o in action.option_strings
+               if o.startswith("--")]
+    meant = []
+    for arg in unknown:
+        name = arg.partition("=")[0]
+        if not name.startswith("-"):
+            continue
+        dashed = "--" + name.lstrip("-").replace("_", "-")
+        close = [dashed] if dashed in options else difflib.get_close_matches(
+            dashed, options, n=1, cutoff=0.75)
+        meant += [f"{name}: did you mean {close[0]}?" for _ in close[:1]]
+    return f"unrecognized arguments: {' '.join(unknown)}" + (
+        f" ({'; '.join(meant)})" if meant else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's arguments) and run the subcommand."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    if "" not in sys.path and os.getcwd() not in sys.path:  # `module:Id` ids from here, as
+        sys.path.append(os.getcwd())  # `python -m` finds them (last: nothing is shadowed)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage and the option meant, not the top-level usage
+        command = command_parser(parser, args.command)
+        command.error(unrecognized(command, unknown))
     args.argv = argv
     missing = missing_extra(args.command)
     if missing is not None:
