@@ -93,17 +93,29 @@ def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
         f" ({'; '.join(meant)})" if meant else "")
 
 
+def find_env_module(env_id: str | None) -> None:
+    """For ``module:Id``, let ``module`` be found in the current folder, as ``python -m`` finds
+    it (the ``envfleet`` script's ``sys.path`` has no current folder): added at the end of
+    ``sys.path`` (inherited by workers) only when that module is nowhere else and is here."""
+    module = env_id.partition(":")[0].partition(".")[0] if env_id and ":" in env_id else ""
+    here = os.getcwd()
+    if not module or here in sys.path or "" in sys.path or importlib.util.find_spec(module):
+        return
+    if os.path.isfile(os.path.join(here, f"{module}.py")) or os.path.isdir(
+            os.path.join(here, module)):
+        sys.path.append(here)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's arguments) and run the subcommand."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    if "" not in sys.path and os.getcwd() not in sys.path:  # `module:Id` ids from here, as
-        sys.path.append(os.getcwd())  # `python -m` finds them (last: nothing is shadowed)
     parser = build_parser()
     args, unknown = parser.parse_known_args(argv)
     if unknown:  # the subcommand's usage and the option meant, not the top-level usage
         command = command_parser(parser, args.command)
         command.error(unrecognized(command, unknown))
     args.argv = argv
+    find_env_module(getattr(args, "env", None))
     missing = missing_extra(args.command)
     if missing is not None:
         print(f"envfleet {args.command}: error: {missing}", file=sys.stderr)
