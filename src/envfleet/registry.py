@@ -211,10 +211,12 @@ def make(
     """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` copies of ``env`` on ``backend``.
 
     ``env`` is an env id, a factory (called ``num_envs`` times) or a list of ``num_envs``
-    factories. Native ids (``list_envs()``) run on the native backends (``numba``, ``cuda``,
+    factories. Native ids (``list_envs()``; ``MinAtar/Breakout-v1`` or its Gymnasium id
+    ``envfleet/MinAtar-Breakout-v1``) run on the native backends (``numba``, ``cuda``,
     ``torch``); any Gymnasium id, and any factory, runs on an executor (``serial``,
     ``subprocess``, ``pool``). ``backend="auto"`` picks ``numba`` for native ids, ``pool``
-    otherwise.
+    otherwise. ``module:Id`` imports ``module`` first (the module that registers your env),
+    here and in every worker process or Ray actor that builds it.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
