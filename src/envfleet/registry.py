@@ -98,13 +98,23 @@ def split_module(env_id: str) -> tuple[str | None, str]:
     if not module or not name:
         raise UnknownEnvError(f"env id {env_id!r}: expected 'module:Id' (a module that "
                               f"registers Id when imported, then the id), e.g. 'mygrid:MyGrid-v0'")
+    path = module.startswith(".") or "/" in module or "\\" in module  # no module's name
     try:
-        importlib.import_module(module)
+        if not path:
+            importlib.import_module(module)
     except ImportError as error:
+        if not module.endswith(".py"):
+            raise UnknownEnvError(
+                f"env id {env_id!r}: cannot import module {module!r} ({error}); is the folder "
+                f"that holds it on the module search path (PYTHONPATH, or run from that "
+                f"folder)?") from None
+        path = True
+    if path:
+        named = module.removesuffix(".py").replace("\\", "/").strip("./").replace("/", ".")
         raise UnknownEnvError(
-            f"env id {env_id!r}: cannot import module {module!r} ({error}); is the folder "
-            f"that holds it on the module search path (PYTHONPATH, or run from that folder)?"
-        ) from None
+            f"env id {env_id!r}: {module!r} is a file path; name the module instead, "
+            f"'{named}:{name}' (from the folder that holds it, or with that folder on "
+            f"PYTHONPATH)")
     return module, name
 
 

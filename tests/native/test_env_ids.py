@@ -108,6 +108,10 @@ def test_module_id_errors_name_the_module_and_what_it_lacks(fresh) -> None:
         envfleet.make(f"{MODULE}:MyGrid-v9", 2)
     with pytest.raises(envfleet.UnknownEnvError, match="expected 'module:Id'"):
         envfleet.make(":MyGrid-v0", 2)
+    for path in ("tests/native/mygrid.py", "./tests/native/mygrid", "tests.native.mygrid.py"):
+        with pytest.raises(envfleet.UnknownEnvError,
+                           match=rf"is a file path; name the module instead, '{MODULE_ID}'"):
+            envfleet.make(f"{path}:{ENV_ID}", 2)
 
 
 # --- one id per env --------------------------------------------------------------------------
