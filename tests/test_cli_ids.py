@@ -73,6 +73,19 @@ def test_tune_names_the_right_forms_of_a_mistyped_id(capsys) -> None:
         in capsys.readouterr().err
 
 
+def test_bench_a_gymnasium_id_named_by_its_module_on_executors_and_baselines(tmp_path) -> None:
+    """Each point's fresh process imports the module, the baselines included."""
+    sys.modules.pop("tests.native.mygym", None)
+    out = tmp_path / "bench"
+    assert main(["bench", "--env", "tests.native.mygym:MyCartPole-v0", "--backends",
+                 "serial,gym-sync", "--num-envs", "2", "--seconds", "0.02",
+                 "--out", str(out)]) == 0
+    rows = [json.loads(line) for line in
+            (out / "bench-MyCartPole-v0-executors.jsonl").read_text().splitlines()[1:]]
+    assert sorted((r["backend"], r["status"]) for r in rows) == [("gym-sync", "ok"),
+                                                                 ("serial", "ok")], rows
+
+
 def _settings(env_id: str) -> dict:
     from envfleet.train.cli import build_settings
 
