@@ -320,8 +320,7 @@ def _make_ray_native(native: str, num_envs: int, *, autoreset_mode: AutoresetMod
         spec.make_params(**{k: v for k, v in env_kwargs.items() if k != "render_mode"})
     except TypeError as error:
         raise TypeError(f"{spec.id}: {error}") from None
-    return RayVectorEnv(NativeEnvs(importable_id(spec.id), num_envs, env_kwargs,
-                                   max_episode_steps),
+    return RayVectorEnv(NativeEnvs(spec.id, num_envs, env_kwargs, max_episode_steps),
                         autoreset_mode=mode, seed=seed, copy=copy, **options)
 
 

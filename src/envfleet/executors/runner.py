@@ -11,7 +11,6 @@ the node it runs on).
 from __future__ import annotations
 
 import contextlib
-import importlib
 import os
 import re
 import traceback
@@ -124,9 +123,6 @@ class ShareRunner:
             from envfleet.native.build import build_native
 
             env_id, env_kwargs, max_steps = payload
-            module, _, env_id = env_id.rpartition(":")  # "module:Id": the module registers Id
-            if module:
-                importlib.import_module(module)
             self.vec = build_native(NATIVE_ENVS[env_id], k, "numba", autoreset_mode=self.mode,
                                     copy=False, max_episode_steps=max_steps,
                                     check_compile=env_id not in FAMILIES,
