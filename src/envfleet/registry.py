@@ -221,12 +221,10 @@ def make(
     """A ``gymnasium.vector.VectorEnv`` of ``num_envs`` copies of ``env`` on ``backend``.
 
     ``env`` is an env id, a factory (called ``num_envs`` times) or a list of ``num_envs``
-    factories. Native ids (``list_envs()``; ``MinAtar/Breakout-v1`` or its Gymnasium id
-    ``envfleet/MinAtar-Breakout-v1``) run on the native backends (``numba``, ``cuda``,
+    factories. Native ids (``list_envs()``) run on the native backends (``numba``, ``cuda``,
     ``torch``); any Gymnasium id, and any factory, runs on an executor (``serial``,
     ``subprocess``, ``pool``). ``backend="auto"`` picks ``numba`` for native ids, ``pool``
-    otherwise. ``module:Id`` imports ``module`` first (the module that registers your env),
-    here and in every worker process or Ray actor that builds it.
+    otherwise.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
@@ -236,6 +234,10 @@ def make(
     env's own parameters: for native envs their params (e.g. ``sutton_barto_reward``), for
     Gymnasium ids ``gymnasium.make``'s keyword arguments. ``copy=False`` returns the backend's
     own buffers (zero-copy, overwritten by the next step), like Gymnasium's ``copy=False``.
+
+    A native id has two forms, ``MinAtar/Breakout-v1`` and its Gymnasium id
+    ``envfleet/MinAtar-Breakout-v1``; ``module:Id`` imports ``module`` first (the module that
+    registers your env), here and in the worker processes that build it.
     """
     if isinstance(env, str):
         native = _native_name(env)
