@@ -5,8 +5,8 @@ own, ``envs.FAMILIES``, and those users add with ``register_native_env``); each 
 registered with Gymnasium as ``gym_id(id)`` (``envfleet/<id>``, a namespace's ``/`` as ``-``)
 with a ``vector_entry_point``. Any other Gymnasium id, a factory or a list of factories runs on
 an executor (``EXECUTOR_BACKENDS``). An id may name the module that registers it,
-``module:Id`` (as ``gymnasium.make`` takes it): the module is imported first, here and in every
-worker process and Ray actor that builds the env.
+``module:Id`` (as ``gymnasium.make`` takes it): the module is imported first, here and in the
+worker processes that build the env.
 """
 
 from __future__ import annotations
