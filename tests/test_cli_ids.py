@@ -124,6 +124,13 @@ def test_a_gymnasium_id_on_a_native_backend_is_refused_before_the_header(capsys)
     assert "backend 'numba' runs envfleet's native envs" in err and "'pool'" in err
 
 
+def test_a_backend_the_family_lacks_is_refused_before_the_header(fresh, capsys) -> None:
+    assert main(["train", MODULE_ID, "--backend", "torch"]) == 2
+    out, err = capsys.readouterr()
+    assert out == ""
+    assert "MyGrid-v0 has no 'torch' backend; its backends: numba" in err
+
+
 @pytest.mark.parametrize("command", [["train", "CartPole-v1"], ["bench"],
                                      ["eval", "CartPole-v1", "--load", "p.pt"]])
 def test_a_mistyped_option_names_the_option_meant(command, capsys) -> None:

@@ -357,10 +357,12 @@ def _check_env(env_id: str, backend: str) -> None:
     the envs start: an id neither envfleet nor Gymnasium knows (naming the closest ones), an
     unknown backend, a Gymnasium env whose package is missing."""
     import envfleet
+    from envfleet.native.build import missing_backend
     from envfleet.registry import NATIVE_ENVS, _gym_spec, _native_name
 
     try:
-        native = _native_name(env_id) is not None  # "module:Id" imports the module first
+        name = _native_name(env_id)  # "module:Id" imports the module first
+        native = name is not None
         if not native:
             _gym_spec(env_id)
     except envfleet.UnknownEnvError as error:
@@ -377,6 +379,11 @@ def _check_env(env_id: str, backend: str) -> None:
         raise CommandError(f"backend {backend!r} runs envfleet's native envs ("
                            f"{', '.join(NATIVE_ENVS)}); run {env_id} with backend 'serial', "
                            f"'subprocess' or 'pool'")
+    if native and backend in envfleet.registry.NATIVE_BACKENDS:  # make()'s own refusals
+        why = missing_backend(NATIVE_ENVS[name], backend)
+        reason = envfleet.registry.backend_status(backend)
+        if why is not None or reason is not None:
+            raise CommandError(why or f"backend {backend!r} cannot run here: {reason}")
     if resolve_backend(env_id, backend) in envfleet.registry.EXECUTOR_BACKENDS:
         missing = missing_dependency(env_id)
         if missing is not None:
