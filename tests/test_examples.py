@@ -28,6 +28,8 @@ NEEDS = {
     "torchrl_ppo.py": ["torchrl"],
 }
 CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
+#: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
+RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
 #: runs the example as ``__main__`` after putting CleanRL's stand-ins where tyro/tensorboard lack
 RUNNER = ("import runpy, sys; from tests import example_stand_ins; example_stand_ins.install(); "
           "path = sys.argv.pop(1); sys.argv[0] = path; runpy.run_path(path, run_name='__main__')")
@@ -51,7 +53,7 @@ def run_example(name: str, *args: str, cwd: Path, timeout: float = 240) -> str:
 def test_every_example_is_listed_and_on_the_clients_page():
     """A new example gets a smoke test here and a mention in docs/CLIENTS.md."""
     scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert scripts == sorted(NEEDS)
+    assert scripts == sorted([*NEEDS, *RUN_ELSEWHERE])
     page = (ROOT / "docs" / "CLIENTS.md").read_text()
     assert [s for s in scripts if f"examples/{s}" not in page] == []
 
