@@ -4,7 +4,7 @@
 in infos); ``VecMonitor`` gives SB3 its episode statistics (``rollout/ep_rew_mean``, and
 ``evaluate_policy``'s returns), as ``Monitor`` does inside ``make_vec_env``.
 
-    python examples/sb3_ppo.py                          # ~1 min: solves CartPole (500)
+    python examples/sb3_ppo.py                          # 100k steps: evaluates at 500
     python examples/sb3_ppo.py --total-timesteps 2048   # a smoke run
 """
 
