@@ -10,6 +10,9 @@ import sys
 import types
 from typing import Any
 
+#: the top-level modules stood in for (``torch.utils.tensorboard`` is inside torch)
+STANDS_IN = ("tyro",)
+
 
 def cli(cls: type) -> Any:
     """``tyro.cli``'s subset the tests use: ``--kebab-name VALUE`` for an int, float or str

@@ -5,7 +5,6 @@ CleanRL's script runs with stand-ins for tyro and TensorBoard where they are mis
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import re
 import subprocess
@@ -15,21 +14,19 @@ from pathlib import Path
 import pytest
 
 import envfleet
-from tests import test_readme
+from tests import example_stand_ins, test_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
-#: example -> the modules it needs beyond envfleet's own dependencies
-NEEDS = {
-    "cleanrl_ppo.py": ["torch"],
-    "sb3_ppo.py": ["stable_baselines3"],
-    "pettingzoo_chess.py": ["pettingzoo"],
-    "tianshou_dqn.py": ["tianshou"],
-    "torchrl_ppo.py": ["torchrl"],
-}
+#: the examples this module runs (each skipped where a module it imports is missing)
+RUN_HERE = ("cleanrl_ppo.py", "sb3_ppo.py", "pettingzoo_chess.py", "tianshou_dqn.py",
+            "torchrl_ppo.py")
 CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
 #: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
 RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
+#: imported by an example but not needed by its smoke run: stood in for, or (CleanRL's wandb)
+#: imported only with ``--track``
+NOT_NEEDED = {*example_stand_ins.STANDS_IN, "wandb"}
 #: runs the example as ``__main__`` after putting CleanRL's stand-ins where tyro/tensorboard lack
 RUNNER = ("import runpy, sys; from tests import example_stand_ins; example_stand_ins.install(); "
           "path = sys.argv.pop(1); sys.argv[0] = path; runpy.run_path(path, run_name='__main__')")
@@ -37,14 +34,15 @@ RUNNER = ("import runpy, sys; from tests import example_stand_ins; example_stand
 
 def run_example(name: str, *args: str, cwd: Path, timeout: float = 240) -> str:
     """Run examples/``name`` with ``args`` in a fresh interpreter; its stdout (failing on rc)."""
-    missing = [m for m in NEEDS[name] if importlib.util.find_spec(m) is None]
+    path = EXAMPLES / name
+    missing = sorted(set(test_readme.missing_modules(path.read_text())) - NOT_NEEDED)
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)}, not installed here")
     source_root = str(Path(envfleet.__file__).resolve().parents[1])  # the envfleet under test
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [source_root, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "ENVFLEET_QUIET": "1"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(EXAMPLES / name), *args],
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(path), *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"examples/{name} {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -53,7 +51,7 @@ def run_example(name: str, *args: str, cwd: Path, timeout: float = 240) -> str:
 def test_every_example_is_listed_and_on_the_clients_page():
     """A new example gets a smoke test here and a mention in docs/CLIENTS.md."""
     scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
-    assert scripts == sorted([*NEEDS, *RUN_ELSEWHERE])
+    assert scripts == sorted([*RUN_HERE, *RUN_ELSEWHERE])
     page = (ROOT / "docs" / "CLIENTS.md").read_text()
     assert [s for s in scripts if f"examples/{s}" not in page] == []
 
