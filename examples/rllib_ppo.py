@@ -42,7 +42,7 @@ def main(argv: list[str] | None = None) -> list[float]:
         for iteration in range(1, args.iterations + 1):
             runners = algo.train()["env_runners"]
             returns.append(runners.get("episode_return_mean", float("nan")))
-            print(f"iteration={iteration}, steps={runners['num_env_steps_sampled_lifetime']}, "
+            print(f"iteration={iteration}, steps={runners['num_env_steps_sampled_lifetime']:.0f}, "
                   f"episode_return_mean={returns[-1]:.1f}")
             if returns[-1] >= 475:  # CartPole-v1's reward_threshold
                 break
