@@ -202,6 +202,16 @@ def test_seeds_must_fit_in_uint64_as_an_int_or_in_a_list(backend) -> None:
     env.close()
 
 
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "MinAtar/Breakout-v1"])
+def test_more_envs_than_uint64_seeds_suggests_no_negative_seed(env_id) -> None:
+    """num_envs beyond 2**64: no seed fits, and the message says so (no 'at most -...')."""
+    for num_envs in (10**30, 2**64 + 1):
+        with pytest.raises(ValueError, match=rf"^seed 0 gives env i the seed seed \+ i, but "
+                                             rf"num_envs={num_envs} passes 2\*\*64 \(seeds are "
+                                             rf"uint64\): no seed fits; use fewer envs$"):
+            envfleet.make(env_id, num_envs, seed=0)
+
+
 def test_step_before_reset_and_after_close() -> None:
     env = envfleet.make("CartPole-v1", 2)
     with pytest.raises(RuntimeError, match="reset"):

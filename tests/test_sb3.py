@@ -622,3 +622,25 @@ def test_import_error_names_the_extra() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          check=True).stdout
     assert 'pip install "envfleet[sb3]"' in out
+
+
+def test_packed_chess_is_refused_with_the_reason() -> None:
+    """Chess-v0's packed masks (bits) are not what MaskablePPO reads: refused when the env is
+    native (before anything runs), else at the first masks (Chess-v0 in an executor)."""
+    reason = r"masks are bits .*Chess-v0's packed=True.*build it without packed=True for SB3"
+    with pytest.raises(ValueError, match=reason):
+        to_sb3("Chess-v0", 2, packed=True)
+    env = envfleet.make("Chess-v0", 2, autoreset_mode="SameStep", packed=True)
+    with pytest.raises(ValueError, match=reason):
+        to_sb3(env)
+    with pytest.raises(ValueError, match=reason):
+        SB3VecEnv(gym.wrappers.vector.RecordEpisodeStatistics(env))
+    env.close()
+    vec = to_sb3("envfleet/Chess-v0", 2, backend="serial", packed=True)
+    with pytest.raises(ValueError, match=reason):
+        vec.reset()
+    vec.close()
+    plain = to_sb3("Chess-v0", 2, seed=0)  # unpacked: one bool per action
+    plain.reset()
+    assert plain.env_method("action_masks")[0].shape == (4672,)
+    plain.close()

@@ -25,8 +25,8 @@ EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
               "restart_failed", "spin_us")),
     "ray": ("envfleet.executors.ray:RayVectorEnv",
             ("num_workers", "envs_per_worker", "address", "num_cpus", "num_gpus", "resources",
-             "placement", "engine", "engine_options", "step_timeout", "batch_size",
-             "restart_failed")),
+             "placement", "runtime_env", "engine", "engine_options", "step_timeout",
+             "batch_size", "restart_failed")),
 }
 #: every value ``make``'s ``backend`` takes
 ALL_BACKENDS = ("auto", *NATIVE_BACKENDS, *EXECUTOR_BACKENDS)

@@ -8,7 +8,9 @@ default.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib.util
+import os
 import sys
 
 from envfleet.command import CommandError, check_output
@@ -65,11 +67,55 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser:
+    """The parser of subcommand ``name``."""
+    for action in parser._actions:
+        if isinstance(action.choices, dict) and name in action.choices:
+            return action.choices[name]
+    raise KeyError(name)
+
+
+def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
+    """argparse's "unrecognized arguments" message, with the option each unknown one most
+    likely meant (``--num_envs``: ``--num-envs``)."""
+    options = [o for action in parser._actions for o in action.option_strings
+               if o.startswith("--")]
+    meant = []
+    for arg in unknown:
+        name = arg.partition("=")[0]
+        if not name.startswith("-"):
+            continue
+        dashed = "--" + name.lstrip("-").replace("_", "-")
+        close = [dashed] if dashed in options else difflib.get_close_matches(
+            dashed, options, n=1, cutoff=0.75)
+        meant += [f"{name}: did you mean {close[0]}?" for _ in close[:1]]
+    return f"unrecognized arguments: {' '.join(unknown)}" + (
+        f" ({'; '.join(meant)})" if meant else "")
+
+
+def find_env_module(env_id: str | None) -> None:
+    """For ``module:Id``, let ``module`` be found in the current folder, as ``python -m`` finds
+    it (the ``envfleet`` script's ``sys.path`` has no current folder): added at the end of
+    ``sys.path`` (inherited by workers) only when that module is nowhere else and is here."""
+    module = env_id.partition(":")[0].partition(".")[0] if env_id and ":" in env_id else ""
+    here = os.getcwd()
+    if not module or here in sys.path or "" in sys.path or importlib.util.find_spec(module):
+        return
+    if os.path.isfile(os.path.join(here, f"{module}.py")) or os.path.isdir(
+            os.path.join(here, module)):
+        sys.path.append(here)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Parse ``argv`` (default: the process's arguments) and run the subcommand."""
     argv = sys.argv[1:] if argv is None else list(argv)
-    args = build_parser().parse_args(argv)
+    parser = build_parser()
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # the subcommand's usage and the option meant, not the top-level usage
+        command = command_parser(parser, args.command)
+        command.error(unrecognized(command, unknown))
     args.argv = argv
+    find_env_module(getattr(args, "env", None))
     missing = missing_extra(args.command)
     if missing is not None:
         print(f"envfleet {args.command}: error: {missing}", file=sys.stderr)

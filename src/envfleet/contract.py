@@ -57,6 +57,9 @@ def check_seed(seed: Any, name: str = "seed", count: int = 1) -> int:
     seed = int(seed)
     if seed >= 2**64:
         raise ValueError(f"{name} must be below 2**64 (seeds are uint64), got {seed}")
+    if count > 2**64:  # no bound to suggest: the envs alone outnumber the seeds
+        raise ValueError(f"{name} {seed} gives env i the seed {name} + i, but num_envs={count} "
+                         f"passes 2**64 (seeds are uint64): no {name} fits; use fewer envs")
     if seed + count - 1 >= 2**64:
         raise ValueError(f"{name} {seed} gives env i the seed {name} + i, which passes 2**64 - 1 "
                          f"(seeds are uint64) for num_envs={count}: use at most "

@@ -60,12 +60,13 @@ def _obs_bytes(spec: NativeEnvSpec) -> int:
     return next(b.nbytes for b in spec.buffers(1) if b.name == "obs")
 
 
-def check_memory(needed: int, available: int | None, what: str, where: str) -> None:
+def check_memory(needed: int, available: int | None, what: str, where: str,
+                 advice: str = "use fewer envs") -> None:
     """Refuse ``what`` when it needs more than ``available`` bytes of ``where`` memory."""
     if available is not None and needed > available:
         raise InsufficientMemoryError(
             f"{what} needs about {_size(needed)} but only {_size(available)} of {where} is "
-            "available: use fewer envs"
+            f"available: {advice}"
         )
 
 

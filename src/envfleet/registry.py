@@ -2,8 +2,11 @@
 
 ``env`` says what, ``backend`` says how. Native families are listed in ``NATIVE_ENVS`` (envfleet's
 own, ``envs.FAMILIES``, and those users add with ``register_native_env``); each is also
-registered with Gymnasium as ``envfleet/<id>`` with a ``vector_entry_point``. Any other
-Gymnasium id, a factory or a list of factories runs on an executor (``EXECUTOR_BACKENDS``).
+registered with Gymnasium as ``gym_id(id)`` (``envfleet/<id>``, a namespace's ``/`` as ``-``)
+with a ``vector_entry_point``. Any other Gymnasium id, a factory or a list of factories runs on
+an executor (``EXECUTOR_BACKENDS``). An id may name the module that registers it,
+``module:Id`` (as ``gymnasium.make`` takes it): the module is imported first, here and in the
+worker processes that build the env.
 """
 
 from __future__ import annotations
@@ -12,6 +15,7 @@ import difflib
 import functools
 import importlib
 import importlib.util
+import sys
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -78,15 +82,61 @@ def gym_id(env_id: str) -> str:
     return f"{GYM_NAMESPACE}/{env_id.replace('/', '-')}"
 
 
+#: native id -> the module whose import registers it (``register_native_env`` called by that
+#: module's own top-level code, or the module of a ``module:Id`` id): what a fresh process (a
+#: worker, a Ray actor) imports to know a user's id (``importable_id``)
+REGISTERED_BY: dict[str, str] = {}
+
+
+def split_module(env_id: str) -> tuple[str | None, str]:
+    """``module:Id`` as (``module``, ``Id``), ``module`` imported first (a user's module registers
+    its envs when imported, as ``gymnasium.make("module:Id")`` expects); (None, ``env_id``)
+    for an id without one. An UnknownEnvError when the module cannot be imported."""
+    module, colon, name = env_id.partition(":")
+    if not colon:
+        return None, env_id
+    if not module or not name:
+        raise UnknownEnvError(f"env id {env_id!r}: expected 'module:Id' (a module that "
+                              f"registers Id when imported, then the id), e.g. 'mygrid:MyGrid-v0'")
+    path = module.startswith(".") or "/" in module or "\\" in module  # no module's name
+    try:
+        if not path:
+            importlib.import_module(module)
+    except ImportError as error:
+        if not module.endswith(".py"):
+            raise UnknownEnvError(
+                f"env id {env_id!r}: cannot import module {module!r} ({error}); is the folder "
+                f"that holds it on the module search path (PYTHONPATH, or run from that "
+                f"folder)?") from None
+        path = True
+    if path:
+        named = module.removesuffix(".py").replace("\\", "/").strip("./").replace("/", ".")
+        raise UnknownEnvError(
+            f"env id {env_id!r}: {module!r} is a file path; name the module instead, "
+            f"'{named}:{name}' (from the folder that holds it, or with that folder on "
+            f"PYTHONPATH)")
+    return module, name
+
+
+def importable_id(name: str) -> str:
+    """Native id ``name`` as a fresh process resolves it: ``module:name`` when importing
+    ``module`` registers it (``REGISTERED_BY``), else ``name`` (envfleet's own ids)."""
+    module = REGISTERED_BY.get(name)
+    return f"{module}:{name}" if module else name
+
+
 def _native_name(env_id: str) -> str | None:
     """The native family of ``env_id`` (``CartPole-v1`` or ``envfleet/CartPole-v1``;
-    ``MinAtar/Breakout-v1`` or ``envfleet/MinAtar-Breakout-v1``), or None."""
-    name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
-    if name in NATIVE_ENVS:
-        return name
-    if name != env_id:  # the Gymnasium form of a namespaced id
-        return next((i for i in NATIVE_ENVS if "/" in i and gym_id(i) == env_id), None)
-    return None
+    ``MinAtar/Breakout-v1`` or ``envfleet/MinAtar-Breakout-v1``; any of them after ``module:``,
+    which is imported first), or None."""
+    module, env_id = split_module(env_id)
+    if env_id.startswith(f"{GYM_NAMESPACE}/"):  # the Gymnasium form: gym_id(name)
+        name = next((i for i in NATIVE_ENVS if gym_id(i) == env_id), None)
+    else:
+        name = env_id if env_id in NATIVE_ENVS else None
+    if name is not None and module is not None and name not in FAMILIES:
+        REGISTERED_BY.setdefault(name, module)
+    return name
 
 
 def _native_spec(env_id: str) -> NativeEnvSpec:
@@ -98,17 +148,33 @@ def _native_spec(env_id: str) -> NativeEnvSpec:
 
 
 def _unknown_env(env_id: str) -> UnknownEnvError:
-    """The error for an id neither envfleet nor Gymnasium knows, naming the closest ids."""
-    name = env_id.removeprefix(f"{GYM_NAMESPACE}/")
-    native = difflib.get_close_matches(name, list(NATIVE_ENVS), n=3, cutoff=0.4)
-    gym_ids = [i for i in gymnasium.registry if not i.startswith(f"{GYM_NAMESPACE}/")]
-    others = [i for i in difflib.get_close_matches(env_id, gym_ids, n=3, cutoff=0.6)
-              if i not in native]
-    close = native + others
-    hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
+    """The error for an id neither envfleet nor Gymnasium knows, naming the closest ids: a
+    native id's other spelling (``MinAtar-Breakout-v1``, ``envfleet/MinAtar/Breakout-v1``,
+    another case) by both its forms, else the closest native and Gymnasium ids."""
+    module, colon, bare = env_id.rpartition(":")
+    where = f" (importing {module!r} registered no such id)" if colon else ""
+    name = bare.removeprefix(f"{GYM_NAMESPACE}/")
+    spellings = {form.lower(): native for native in NATIVE_ENVS for form in (
+        native, gym_id(native), gym_id(native).removeprefix(f"{GYM_NAMESPACE}/"),
+        f"{GYM_NAMESPACE}/{native}")}
+    native = spellings.get(bare.lower())
+    if native is not None and native != bare:
+        why = (": Gymnasium's ids have one namespace, so MinAtar's '/' becomes '-'"
+               if "/" in native and bare.count("/") > 1 else "")
+        hint = (f"; did you mean {native!r} (envfleet's id) or {gym_id(native)!r} (its "
+                f"Gymnasium id{why}; envfleet takes both)?")
+    else:
+        natives = [i for i in difflib.get_close_matches(name, list(NATIVE_ENVS), n=3,
+                                                        cutoff=0.4) if i != name]
+        gym_ids = [i for i in gymnasium.registry if not i.startswith(f"{GYM_NAMESPACE}/")]
+        others = [i for i in difflib.get_close_matches(bare, gym_ids, n=3, cutoff=0.6)
+                  if i not in natives and i != bare]
+        close = natives + others
+        hint = f"; did you mean {', '.join(map(repr, close))}?" if close else ""
     return UnknownEnvError(
-        f"unknown env id {env_id!r}{hint} Native ids: {', '.join(NATIVE_ENVS)}; executors "
-        f"(backend serial, subprocess or pool) run any id registered with Gymnasium"
+        f"unknown env id {env_id!r}{where}{hint} Native ids: {', '.join(NATIVE_ENVS)} (your "
+        f"own: 'module:Id' imports the module that registers it); executors (backend serial, "
+        f"subprocess, pool or ray) run any id registered with Gymnasium"
     )
 
 
@@ -119,23 +185,26 @@ NAMESPACE_MODULES = {"ALE": "ale_py", "MinAtar": "envfleet.envs.minatar.referenc
 
 
 def _gym_spec(env_id: str) -> gymnasium.envs.registration.EnvSpec:
-    """Gymnasium's spec for ``env_id`` (``module:Id`` imports ``module`` first, and so does a
-    known namespace's id: ``ALE/Breakout-v5`` imports ``ale_py``)."""
-    module = None
-    if ":" in env_id:
-        module, env_id = env_id.split(":", 1)
-    elif "/" in env_id and env_id not in gymnasium.registry:
-        module = NAMESPACE_MODULES.get(env_id.split("/", 1)[0])
-    if module is not None:
+    """Gymnasium's spec for ``env_id``: what the executors run (``module:Id`` imports ``module``
+    first, and so does a known namespace's id: ``ALE/Breakout-v5`` imports ``ale_py``). A
+    native id Gymnasium has no env of its own for (a user's ``MyGrid-v0``) is its
+    ``envfleet/<id>``: one native env per executor env."""
+    module, env_id = split_module(env_id)
+    namespace = NAMESPACE_MODULES.get(env_id.split("/", 1)[0]) if "/" in env_id else None
+    if namespace is not None and env_id not in gymnasium.registry:
         try:
-            importlib.import_module(module)
+            importlib.import_module(namespace)
         except ImportError as error:
-            raise UnknownEnvError(f"cannot import {module!r} for env id {env_id!r}: "
+            raise UnknownEnvError(f"cannot import {namespace!r} for env id {env_id!r}: "
                                   f"{error}") from None
     try:
         return gymnasium.spec(env_id)
     except gymnasium.error.Error:
-        raise _unknown_env(env_id) from None
+        pass
+    native = _native_name(env_id)
+    if native is not None:
+        return gymnasium.spec(gym_id(native))
+    raise _unknown_env(env_id if module is None else f"{module}:{env_id}")
 
 
 def make(
@@ -165,6 +234,10 @@ def make(
     env's own parameters: for native envs their params (e.g. ``sutton_barto_reward``), for
     Gymnasium ids ``gymnasium.make``'s keyword arguments. ``copy=False`` returns the backend's
     own buffers (zero-copy, overwritten by the next step), like Gymnasium's ``copy=False``.
+
+    A native id has two forms, ``MinAtar/Breakout-v1`` and its Gymnasium id
+    ``envfleet/MinAtar-Breakout-v1``; ``module:Id`` imports ``module`` first (the module that
+    registers your env), here and in the worker processes that build it.
     """
     if isinstance(env, str):
         native = _native_name(env)
@@ -347,10 +420,11 @@ def _register_gym(spec: NativeEnvSpec) -> None:
     Tianshou and rl-zoo read from ``gymnasium.spec``) and the family's own episode limit (for
     envfleet's families, the reference id's: a test keeps them equal)."""
     reference = gymnasium.registry.get(spec.reference_id) if spec.reference_id else None
+    env_id = importable_id(spec.id)  # a worker process that builds it imports the module first
     gymnasium.register(
         id=gym_id(spec.id),
-        entry_point=functools.partial(NativeEnv, spec.id),
-        vector_entry_point=functools.partial(make, spec.id),
+        entry_point=functools.partial(NativeEnv, env_id),
+        vector_entry_point=functools.partial(make, env_id),
         max_episode_steps=_gym_time_limit(spec),
         reward_threshold=reference.reward_threshold if reference is not None else None,
     )
@@ -389,8 +463,26 @@ def register_native_env(spec: NativeEnvSpec, *, replace: bool = False,
     if full_id in gymnasium.registry and env_id not in NATIVE_ENVS:
         raise ValueError(f"{full_id} is already registered with Gymnasium by someone else")
     NATIVE_ENVS[env_id] = spec
+    module = _registering_module()
+    if module is not None:
+        REGISTERED_BY[env_id] = module
+    else:  # (replace=True from a function: the old module would register the old spec)
+        REGISTERED_BY.pop(env_id, None)
     gymnasium.registry.pop(full_id, None)  # replace=True: no "overriding" warning
     _register_gym(spec)
+
+
+def _registering_module() -> str | None:
+    """The module whose import is running ``register_native_env`` now (the nearest module-level
+    code on the stack; not ``__main__``, which a fresh process cannot import by name), or None
+    (called from a function run later: importing its module would not register the id)."""
+    frame = sys._getframe(2)
+    while frame is not None and frame.f_code.co_name != "<module>":
+        frame = frame.f_back
+    name = frame.f_globals.get("__name__") if frame is not None else None
+    if name in (None, "__main__", "__mp_main__"):
+        return None
+    return name if getattr(sys.modules.get(name), "__spec__", None) is not None else None
 
 
 def _entry_point_name(gym_spec: gymnasium.envs.registration.EnvSpec) -> str:
@@ -408,4 +500,5 @@ def unregister_native_env(env_id: str) -> None:
     if name not in NATIVE_ENVS:
         raise UnknownEnvError(f"{env_id!r} is not a registered native env")
     del NATIVE_ENVS[name]
+    REGISTERED_BY.pop(name, None)
     gymnasium.registry.pop(gym_id(name), None)

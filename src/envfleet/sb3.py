@@ -45,6 +45,11 @@ __all__ = ["SB3VecEnv", "to_sb3"]
 
 #: Vector-info keys that carry SAME_STEP's episode-end data (not per-env step info).
 _FINAL_KEYS = frozenset({"final_obs", "_final_obs", "final_info", "_final_info"})
+#: why a packed action mask (Chess-v0's ``packed=True``) is refused
+_PACKED = ("its legal-action masks are bits (uint8, one bit per action: Chess-v0's packed=True, "
+           "with the planes as uint64 bitboards), which SB3 and sb3-contrib's MaskablePPO cannot "
+           "read: build it without packed=True for SB3 (to_sb3('Chess-v0', num_envs, ...)); "
+           "envfleet.chess.unpack_mask / unpack_planes unpack them for a policy of your own")
 
 
 def to_sb3(env: Any, num_envs: int | None = None, **make_kwargs: Any) -> SB3VecEnv:
@@ -72,7 +77,12 @@ def to_sb3(env: Any, num_envs: int | None = None, **make_kwargs: Any) -> SB3VecE
             )
         from envfleet.registry import make
 
-        env = make(env, num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **make_kwargs)
+        built = make(env, num_envs, autoreset_mode=AutoresetMode.SAME_STEP, **make_kwargs)
+        try:
+            return SB3VecEnv(built)
+        except BaseException:  # refused (e.g. packed chess): nothing of it is left behind
+            built.close()
+            raise
     return SB3VecEnv(env)
 
 
@@ -203,6 +213,10 @@ class SB3VecEnv(VecEnv):
         if "action_mask" not in info:
             return
         value = np.asarray(info["action_mask"])
+        space = self.action_space
+        if (isinstance(space, spaces.Discrete) and value.dtype == np.uint8 and space.n > 8
+                and value.shape[1:] == (-(-int(space.n) // 8),)):
+            raise ValueError(f"{self.vector_env!r}: {_PACKED}")
         present = info.get("_action_mask")
         if self._action_masks is None or present is None or np.all(present):
             self._action_masks = np.array(value)
@@ -457,6 +471,8 @@ def _check_vector_env(env: Any) -> None:
             "envfleet.make(id, num_envs, autoreset_mode='SameStep', ...), or let to_sb3 build "
             "it: to_sb3(id, num_envs, ...)"
         )
+    if getattr(getattr(env.unwrapped, "chess_params", None), "packed", False):
+        raise ValueError(f"{env!r}: {_PACKED}")
 
 
 #: a class name in Gymnasium's printed wrapper chain, ``<Monitor<TimeLimit<CartPoleEnv<...>>>>``

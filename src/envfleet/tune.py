@@ -99,14 +99,14 @@ def profile_env(env_id: str, seconds: float, seed: int = 0, native: bool | None 
     native kernel (default: whenever ``env_id`` has one) rather than Gymnasium's env."""
     import gymnasium as gym
 
-    from envfleet.registry import NATIVE_ENVS
+    from envfleet.registry import NATIVE_ENVS, _native_name
 
     native = is_native(env_id) if native is None else native and is_native(env_id)
     if native:
         import envfleet
         from envfleet.memory import native_bytes
 
-        spec = NATIVE_ENVS[env_id.removeprefix("envfleet/")]
+        spec = NATIVE_ENVS[_native_name(env_id)]  # any form of the id (make()'s lookup)
         env = envfleet.make(env_id, 1, backend="numba", num_threads=1, seed=seed)
         env_bytes = native_bytes(spec, 1, "numba")
 
@@ -305,6 +305,7 @@ def tune(env_id: str, budget_s: float = 60.0, backends: list[str] | None = None,
     of the memory available now)."""
     from envfleet.bench.measure import PointSpec, run_point
     from envfleet.memory import available_host_memory
+    from envfleet.registry import _native_name, importable_id
 
     if memory_cap is None:
         available = available_host_memory()
@@ -325,7 +326,9 @@ def tune(env_id: str, budget_s: float = 60.0, backends: list[str] | None = None,
     # each point: a fresh process (import, build, compile, warm-up) + timed stepping; the timed
     # part gets a share of the budget
     seconds = max(0.05, min(1.0, 0.3 * budget_s / points))
-    env_ref = env_id.removeprefix("envfleet/")
+    # the id each point's fresh process resolves: a user's family with its module first
+    name = _native_name(env_id)
+    env_ref = importable_id(name) if name is not None else env_id
 
     def measure(candidate: Candidate) -> None:
         if progress is not None:
@@ -379,17 +382,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
 
 
 def _validate_env(env_id: str) -> None:
-    """Refuse an id that is neither native nor registered with Gymnasium."""
-    import gymnasium as gym
-
+    """Refuse an id that is neither native nor registered with Gymnasium, naming the closest
+    ones (make()'s own error)."""
     from envfleet.command import CommandError
+    from envfleet.registry import UnknownEnvError, _gym_spec
 
-    if is_native(env_id):
-        return
     try:
-        gym.spec(env_id)
-    except gym.error.Error as error:
-        raise CommandError(f"unknown env id {env_id!r}: {error}") from None
+        if not is_native(env_id):
+            _gym_spec(env_id)
+    except UnknownEnvError as error:
+        raise CommandError(str(error)) from None
 
 
 def run(args: argparse.Namespace) -> int:

@@ -72,6 +72,25 @@ def test_params_are_the_references_options_checked_by_name() -> None:
         envfleet.make("MinAtar/Breakout-v1", 1, difficulty_ramping="yes")
 
 
+@pytest.mark.parametrize("value", [10**400, -10**400, float("nan"), float("inf"), -0.5, 2,
+                                   np.float64(1.5), "0.1", None])
+def test_sticky_action_prob_out_of_range_is_refused_by_name(value) -> None:
+    """Anything but a probability, however large an int (no OverflowError), names the
+    option and the value."""
+    with pytest.raises(ValueError, match=r"^MinAtar Breakout: sticky_action_prob must be a "
+                                         r"probability in \[0, 1\], got "):
+        envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=value)
+    with pytest.raises(ValueError, match=r"got about -10\*\*400$"):
+        envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=-10**400)
+
+
+@pytest.mark.parametrize("value", [0, 1, 0.5, np.float32(0.25), np.int64(1)])
+def test_sticky_action_prob_accepts_every_probability(value) -> None:
+    env = envfleet.make("MinAtar/Breakout-v1", 1, sticky_action_prob=value)
+    assert env.engine.params.sticky_action_prob == float(value)
+    env.close()
+
+
 def test_bad_actions_are_refused_naming_the_env_and_nothing_moves() -> None:
     env = envfleet.make("MinAtar/Breakout-v1", 3, seed=0)
     env.reset()

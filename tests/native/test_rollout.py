@@ -203,3 +203,217 @@ def test_a_torch_rollout_off_the_host_reads_nothing_back(mode, monkeypatch):
     assert len(runs) == 4
     assert not reads_back(runs[-1]), reads_back(runs[-1])
     assert runs[-1] == runs[2]
+
+
+def _state_after(actions, n, **kw):
+    """The state of a numba env stepped by hand with ``actions`` (one batch per step)."""
+    ref = make("numba", n, **kw)
+    ref.reset()
+    for a in actions:
+        ref.step(a)
+    return ref
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_copying_env_gives_the_policy_each_steps_own_observations(backend):
+    """copy=True: a policy that keeps its inputs holds each step's observations, not T
+    references to the engine's buffer."""
+    n, steps = 5, 9
+    kept = []
+
+    def keeper(obs):
+        kept.append(obs)
+        return scripted(obs)
+
+    env = make(backend, n)
+    env.reset()
+    out = env.rollout(keeper, steps)
+    assert len(kept) == steps
+    for t in range(steps):
+        assert_same(kept[t], host(out.obs[t]), f"the policy's input at step {t}")
+    assert_same(out.obs, stepped(n, steps)[0]["obs"], "obs")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_policy_editing_its_input_changes_nothing_recorded_or_stepped(backend):
+    n, steps = 5, 9
+
+    def editor(obs):
+        a = scripted(obs)
+        obs[...] = 1e6  # in place, on its own copy
+        return a
+
+    env = make(backend, n)
+    env.reset()
+    out = env.rollout(editor, steps)
+    ref, ref_next, ref_episodes, _ = stepped(n, steps)
+    for name in ("obs", "actions", "rewards", "terminated", "truncated"):
+        assert_same(getattr(out, name), ref[name], name)
+    assert_same(out.next_obs, ref_next, "next_obs")
+    assert out.episodes == ref_episodes
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_copy_false_gives_the_policy_the_engines_buffer(backend):
+    """copy=False, as documented: the policy's input is the engine's observation buffer."""
+    env = make(backend, 3, copy=False)
+    env.reset()
+    kept = []
+    env.rollout(lambda obs: kept.append(obs) or scripted(obs), 3)
+    assert all(obs is env.engine.obs for obs in kept)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_policy_that_closes_the_env_gets_the_closed_env_error(backend):
+    from gymnasium.error import ClosedEnvironmentError
+
+    env = make(backend, 3)
+    env.reset()
+    calls = []
+
+    def closer(obs):
+        calls.append(1)
+        if len(calls) == 2:
+            env.close()
+        return scripted(obs)
+
+    with pytest.raises(ClosedEnvironmentError, match=r"^rollout step 1: .*\(this env is closed\)"):
+        env.rollout(closer, 5)
+    assert len(calls) == 2
+    with pytest.raises(ClosedEnvironmentError):
+        env.step(np.zeros(3, np.int64))
+    env.close()  # still idempotent
+
+
+def _wrong_shape(obs):
+    return np.zeros(len(obs) + 1, np.int64)
+
+
+def _raising(obs):
+    raise KeyError("the policy's own error")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_bad_action_batch_from_the_policy_names_its_step(backend):
+    """The policy's actions of the wrong shape at step 2: 'rollout step 2:' on every route,
+    the envs as they were at step 2."""
+    n, fail_at = 4, 2
+    calls = []
+
+    def policy(obs):
+        calls.append(1)
+        return _wrong_shape(obs) if len(calls) > fail_at else scripted(obs)
+
+    env = make(backend, n)
+    env.reset()
+    with pytest.raises(ValueError, match=rf"^rollout step {fail_at}: actions must have shape "
+                                         rf"\({n},\)"):
+        env.rollout(policy, 6)
+    ref = make("numba", n)
+    obs, _ = ref.reset()
+    for _ in range(fail_at):
+        obs = ref.step(scripted(obs))[0]
+    for name, got, want in zip(ref.state._fields, env.state, ref.state, strict=True):
+        assert_same(got, want, f"state.{name}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("late", [_wrong_shape, _raising], ids=["wrong-shape", "raises"])
+def test_an_earlier_refused_step_is_the_error_a_later_failure_reports(backend, late):
+    """A refused action at step 1 then a failure at step 3: the step loop raises at step 1,
+    so every route does (the enqueued ones learn of step 1 only at the end), the envs as they
+    were at step 1."""
+    n, bad_step, fail_at = 4, 1, 3
+    calls = []
+
+    def policy(obs):
+        calls.append(1)
+        t = len(calls) - 1
+        if t == fail_at:
+            return late(obs)
+        a = np.ones(n, np.int64)
+        if t == bad_step:
+            a[2] = 5
+        return a
+
+    env = make(backend, n)
+    env.reset()
+    with pytest.raises(ValueError, match=rf"^rollout step {bad_step}: invalid action for env 2: "
+                                         r"5 is not in Discrete\(2\)"):
+        env.rollout(policy, 6)
+    ref = _state_after(np.ones((bad_step, n), np.int64), n)
+    for name, got, want in zip(ref.state._fields, env.state, ref.state, strict=True):
+        assert_same(got, want, f"state.{name}")
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_same_step_rollout_records_the_final_observations(backend):
+    """SAME_STEP: the rollout's final_obs are the step loop's info["final_obs"] (zero rows for
+    envs that did not end), rollout after rollout; NEXT_STEP records none (obs holds them)."""
+    n, steps = 5, 10
+    ref = make("numba", n, autoreset_mode="SameStep")
+    obs, _ = ref.reset()
+    env = make(backend, n, autoreset_mode="SameStep")
+    env.reset()
+    for repeat in range(3):
+        want = np.zeros((steps, n, 4), np.float32)
+        for t in range(steps):
+            obs, _, _, _, info = ref.step(scripted(obs))
+            if "final_obs" in info:
+                want[t][info["_final_obs"]] = info["final_obs"][info["_final_obs"]]
+        assert want.any(axis=(1, 2)).sum() >= 1  # some steps end episodes, some do not
+        assert not want.any(axis=(1, 2)).all()
+        out = env.rollout(scripted, steps)
+        assert_same(out.final_obs, want, f"final_obs (rollout {repeat})")
+    assert env.rollout(scripted, 2, record=False).final_obs is None
+    next_step = make(backend, n)
+    next_step.reset()
+    assert next_step.rollout(scripted, 2).final_obs is None
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_a_rollout_too_large_for_memory_is_refused_before_allocating(backend, mode):
+    """The same error (InsufficientMemoryError, a MemoryError) on every backend, before any
+    buffer is allocated or any env moves."""
+    env = make(backend, 3, autoreset_mode=mode)
+    obs, _ = env.reset()
+    with pytest.raises(envfleet.InsufficientMemoryError,
+                       match=r"rollout with num_steps=1000000000000 needs about [\d.]+ GiB but "
+                             r"only .* is available: use fewer steps"):
+        env.rollout(scripted, 10**12)
+    assert_same(env.engine.obs, host(obs), "obs")
+    assert env.rollout(scripted, 2).rewards.shape[0] == 2  # the env goes on
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_a_failed_allocation_is_the_same_error(backend, monkeypatch):
+    """Where the memory available is unknown, the allocation's own failure (NumPy's
+    MemoryError or ValueError, torch's RuntimeError) is worded alike too."""
+    from envfleet.native import rollout as rollout_module
+
+    monkeypatch.setattr(rollout_module, "available_host_memory", lambda: None)
+    monkeypatch.setattr(rollout_module, "_device_memory", lambda *args: None)
+    env = make(backend, 3)
+    env.reset()
+    with pytest.raises(envfleet.InsufficientMemoryError,
+                       match=r"rollout with num_steps=1000000000000000000: its buffers could "
+                             r"not be allocated .*: use fewer steps"):
+        env.rollout(scripted, 10**18)
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_an_action_batch_is_checked_as_the_step_loop_checks_it_every_time(backend):
+    """A batch of another shape or dtype after a good one (which the enqueued route keeps a
+    buffer for) is refused as the step loop refuses it, not converted into the kept buffer."""
+    n, steps = 3, 4
+    env = make(backend, n)
+    env.reset()
+    good = np.ones((steps, n), np.int64)
+    env.rollout(good)
+    with pytest.raises(ValueError, match=r"^rollout step 0: .*integer"):
+        env.rollout(np.full((steps, n), 0.7))
+    with pytest.raises(ValueError, match=rf"^rollout step 0: actions must have shape \({n},\)"):
+        env.rollout(np.ones((steps, n + 1), np.int64))
+    out = env.rollout(good)
+    assert_same(out.actions, good, "actions")

@@ -2,6 +2,9 @@
 
 Started once per session (Ray takes seconds to start), with its own ``RAY_TMPDIR`` and a small
 object store; stopped through the cluster object (never ``ray stop``). Skipped without ray.
+Every node listens on loopback: Ray's ``RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER`` switch is off
+before ray is imported (here and in the processes the tests start), else Ray swaps 127.0.0.1
+for this machine's routable address.
 """
 
 from __future__ import annotations
@@ -11,8 +14,12 @@ import tempfile
 
 import pytest
 
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 ray = pytest.importorskip("ray")
+from ray._private import ray_constants  # noqa: E402
 from ray.cluster_utils import Cluster  # noqa: E402
+
+LOOPBACK = "127.0.0.1"
 
 STORE = 80 * 2**20  # bytes of object store per node
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -30,9 +37,11 @@ def cluster():
     # actors import envfleet and the test envs (tests.executors.envs) as this process does
     paths = [ROOT, os.path.join(ROOT, "src"), *filter(None, [saved["PYTHONPATH"]])]
     os.environ["PYTHONPATH"] = os.pathsep.join(paths)
+    ray_constants.ENABLE_RAY_CLUSTER = False  # (in case ray was imported before this module)
     c = Cluster(initialize_head=True, head_node_args={
-        "num_cpus": 4, "object_store_memory": STORE, "include_dashboard": False})
-    c.add_node(num_cpus=2, object_store_memory=STORE)
+        "num_cpus": 4, "object_store_memory": STORE, "include_dashboard": False,
+        "node_ip_address": LOOPBACK})
+    c.add_node(num_cpus=2, object_store_memory=STORE, node_ip_address=LOOPBACK)
     ray.init(address=c.address, log_to_driver=False)
     try:
         yield c

@@ -295,10 +295,14 @@ def test_actor_stopped_while_idle_is_restarted_within_about_a_step_timeout() -> 
             os.kill(stopped, signal.SIGKILL)
 
 
-def test_async_actor_killed_with_restart_comes_back_truncated() -> None:
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_async_actor_killed_with_restart_comes_back_truncated(mode) -> None:
+    """SAME_STEP: the new envs are reset at once, the old ones' last observations are their
+    ``final_obs``; NEXT_STEP: they reset on their next step."""
     n = 4
     factories = [functools.partial(FaultyEnv, i, "kill", 1, 2) for i in range(n)]
-    env = on_ray(factories, n, num_workers=2, batch_size=2, restart_failed=True)
+    env = on_ray(factories, n, num_workers=2, batch_size=2, restart_failed=True,
+                 autoreset_mode=mode)
     try:
         env.reset(seed=0)
         env.send(np.zeros(n, dtype=np.int64), np.arange(n))
@@ -307,12 +311,19 @@ def test_async_actor_killed_with_restart_comes_back_truncated() -> None:
         env.send(np.zeros(n, dtype=np.int64), np.arange(n))  # env 1 kills its actor
         got = {}
         for _ in range(2):
-            _, _, _, truncated, info = env.recv()
+            obs, _, _, truncated, info = env.recv()
             failed = info.get("_env_failure", np.zeros(2, dtype=bool))
             for k, i in enumerate(info["env_id"].tolist()):
-                got[i] = (bool(truncated[k]), bool(failed[k]))
-        assert got == {0: (True, True), 1: (True, True), 2: (False, False),
-                       3: (False, False)}, got
+                got[i] = (bool(truncated[k]), bool(failed[k]), int(obs[k][3]))
+                if failed[k] and mode == "SameStep":
+                    assert info["final_obs"][k][3] == 1, info  # (its last step's)
+        t_new = 0 if mode == "SameStep" else 1  # (NEXT_STEP: the last observation still)
+        assert got == {0: (True, True, t_new), 1: (True, True, t_new), 2: (False, False, 2),
+                       3: (False, False, 2)}, got
+        env.send(np.zeros(2, dtype=np.int64), [0, 1])
+        obs, _, _, truncated, info = env.recv()
+        assert info["env_id"].tolist() == [0, 1] and not truncated.any()
+        assert obs[:, 3].tolist() == ([1, 1] if mode == "SameStep" else [0, 0])
     finally:
         env.close()
 
@@ -394,17 +405,38 @@ def test_a_second_env_without_room_is_refused_at_once_naming_what_it_asks_and_wh
     again.close()
 
 
-def test_an_actor_ray_cannot_place_is_reported_with_its_ask_and_the_free_resources(
+def test_actors_no_node_can_host_are_refused_at_once_or_named_after_the_start_timeout(
         monkeypatch) -> None:
     """3 + 3 CPUs fit the cluster's 6 free in all, but no node has 3 left for the second
-    actor (4 + 2 CPUs): make's timeout says what each actor asks and what is free."""
+    actor (4 + 2 CPUs): refused at once, naming each node's free CPUs. Where Ray does not say
+    what each node has free (Ray Client), make's timeout says what each actor asks and what is
+    free, and how long it waited."""
     from envfleet.executors import ray as executor
 
-    monkeypatch.setattr(executor, "MIN_START_TIMEOUT", 1.0)
-    with pytest.raises(EnvWorkerError, match=r"did not answer within step_timeout=1 s \(each "
-                                             r"actor asks 3 CPU; the cluster has [\d.]+ CPU "
-                                             r"free now\) during make\(\)"):
+    start = time.monotonic()
+    with pytest.raises(EnvWorkerError, match=r"2 actor\(s\) asking 3 CPU each: the Ray cluster "
+                                             r"has 6 CPU free in all, but an actor runs on one "
+                                             r"node and its nodes have room for 1 of them "
+                                             r"\(node \w+: 4 CPU, node \w+: 2 CPU\)"):
         on_ray(counting(2), 2, num_workers=2, num_cpus=3, step_timeout=1.0)
+    assert time.monotonic() - start < 5.0
+    monkeypatch.setattr(executor, "MIN_START_TIMEOUT", 1.0)
+    monkeypatch.setattr(executor, "_free_per_node", lambda placement: None)
+    with pytest.raises(EnvWorkerError, match=r"ray actor (\d) \(env \1\) did not start within 1 s "
+                                             r"\(each actor asks 3 CPU; the cluster has [\d.]+ "
+                                             r"CPU free now\) during make\(\)") as caught:
+        on_ray(counting(2), 2, num_workers=2, num_cpus=3, step_timeout=1.0)
+    assert caught.value.env_indices in ((0,), (1,))  # (Ray places either one first)
+
+
+def test_the_default_number_of_actors_fits_the_nodes_one_by_one() -> None:
+    """Without num_workers: as many actors as the nodes hold one by one: nodes of 4 and 2
+    CPUs hold one actor of 3 CPUs (on the head), not 6 // 3 = 2, which cannot all be placed."""
+    env = on_ray(counting(4), 4, num_cpus=3)
+    try:
+        assert env.unwrapped.num_workers == 1
+    finally:
+        env.close()
 
 
 def test_bad_input_is_refused_before_any_actor_starts() -> None:

@@ -9,6 +9,7 @@ Needs the ``rllib`` extra (ray[rllib] pins gymnasium 1.2.2), so it runs in its o
 from __future__ import annotations
 
 import os
+import runpy
 
 import pytest
 
@@ -80,3 +81,13 @@ def test_ppo_learns_native_cartpole():
         assert returns[0] < 50, returns  # it did learn: the first iteration plays ~randomly
     finally:
         algo.stop()
+
+
+def test_the_example_trains(capsys):
+    """examples/rllib_ppo.py (docs/CLIENTS.md) runs as a user runs it: one iteration on the
+    local env runner logs a mean return of native CartPole's episodes."""
+    example = runpy.run_path(os.path.join(ROOT, "examples", "rllib_ppo.py"))
+    returns = example["main"](["--iterations", "1", "--num-env-runners", "0",
+                               "--train-batch", "2048"])
+    assert len(returns) == 1 and 1 <= returns[0] <= 500, returns
+    assert "iteration=1, steps=" in capsys.readouterr().out

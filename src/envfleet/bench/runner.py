@@ -238,6 +238,10 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     from envfleet.registry import NATIVE_ENVS, backend_status
 
     def status(name: str) -> str | None:
+        if name in BASELINES and family is not None and not family.reference_id \
+                and not chess.is_chess(family.id):
+            return (f"{family.id} names no Gymnasium env it re-implements "
+                    f"(NativeEnvSpec.reference_id) for the baselines to run")
         if name in BASELINES:
             return BASELINES[name].status(reference_id)
         if name in NATIVE_BACKENDS and not native:
@@ -298,7 +302,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
 def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int],
          threads: list[int], args: argparse.Namespace
          ) -> tuple[list[Planned], list[tuple[str, str]]]:
-    """Every point in run order, and the series (label, backend) in table-column order."""
+    """Every point in run order, and the series (label, backend) in table-column order; each
+    point's worker imports ``args.env_module`` first (``--env module:Id``: it registers Id)."""
     native = [b for b in backends if b in NATIVE_BACKENDS]
     executors = [b for b in backends if b in EXECUTOR_BACKENDS]
     baselines = [b for b in backends if b in BASELINES]
@@ -328,7 +333,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
     # ray on a native id steps the native kernel in its actors: no Python env per env
     native_ray = _native_name(env_id) is not None
     max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
-    imports = reference_imports(reference_id)
+    module = getattr(args, "env_module", None)
+    imports = (*([module] if module else []), *reference_imports(reference_id))
     points = []
     for n in num_envs:
         for label, backend, t, w in series:
@@ -479,7 +485,7 @@ def _summary(row: dict[str, Any], unit: str = "steps") -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the sweep and write the reports; 1 when a point failed, else 0."""
     from envfleet import UnknownEnvError
-    from envfleet.registry import _gym_spec, _native_spec  # make()'s lookups
+    from envfleet.registry import _gym_spec, _native_spec, split_module  # make()'s lookups
 
     check_output(args.out, "--out", directory=True)  # before any point is measured
     if args.study:
@@ -490,21 +496,24 @@ def run(args: argparse.Namespace) -> int:
     args.seconds = args.seconds or 1.0
     t_start = time.perf_counter()
     console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
-    native = _native_name(args.env) is not None
     native_missing = None
     native_spec = None
     try:
+        # "module:Id": the module registers Id (imported here, and by each point's worker)
+        module, bare = split_module(args.env)
+        native = _native_name(bare) is not None
         if native:
-            native_spec = _native_spec(args.env)
-            env_id, reference_id = native_spec.id, native_spec.reference_id
+            native_spec = _native_spec(bare)
+            # a user's family without a reference: the executors run its envfleet/<id>
+            env_id, reference_id = native_spec.id, native_spec.reference_id or native_spec.id
             if chess.is_chess(env_id):
                 reference_id = env_id  # its peers play it; there is no Gymnasium chess
-        elif chess.is_chess(args.env):  # this envfleet has no Chess-v0 yet: the peers still run
+        elif chess.is_chess(bare):  # this envfleet has no Chess-v0 yet: the peers still run
             native, native_missing = True, chess.chess_env_status()
-            env_id = reference_id = args.env
+            env_id = reference_id = bare
         else:
-            _gym_spec(args.env)
-            env_id = reference_id = args.env
+            _gym_spec(bare)
+            env_id = reference_id = bare
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
     reference_imports(reference_id)  # MinAtar/...: minatar's ids, for the baselines
@@ -522,6 +531,7 @@ def run(args: argparse.Namespace) -> int:
     if args.baseline_max_envs is None:
         args.baseline_max_envs = default_baseline_max_envs(env_id)
     threads = args.threads or [_default_threads()]
+    args.env_module = module  # each point's worker imports it first
     points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
     series = [label for label, _ in columns]
     user_series = [label for label, b in columns if b == "user loop"]  # chess: the user loop

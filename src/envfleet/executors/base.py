@@ -37,18 +37,26 @@ DEFAULT_STEP_TIMEOUT = 60.0
 class EnvWorkerError(RuntimeError):
     """An env failed in an executor: it raised, or its worker died or stopped answering.
 
-    ``env_index`` is the env concerned (None when no single env is), ``worker_traceback`` the
-    worker's traceback text (also chained as this exception's ``__cause__``).
+    ``env_indices`` are every env that failed (a lost worker or actor: all of its envs),
+    ``env_index`` the env concerned (the one it was running, else the first of them; None when
+    no env is), ``worker_traceback`` the worker's traceback text (also chained as this
+    exception's ``__cause__``).
     """
 
     def __init__(self, message: str, env_index: int | None = None,
-                 worker_traceback: str | None = None) -> None:
+                 worker_traceback: str | None = None,
+                 env_indices: Sequence[int] | None = None) -> None:
         super().__init__(message)
-        self.env_index = env_index
+        if env_indices is None:
+            env_indices = () if env_index is None else (env_index,)
+        self.env_indices: tuple[int, ...] = tuple(int(i) for i in env_indices)
+        self.env_index = env_index if env_index is not None or not self.env_indices \
+            else self.env_indices[0]
         self.worker_traceback = worker_traceback
 
     def __reduce__(self) -> tuple:
-        return type(self), (self.args[0], self.env_index, self.worker_traceback)
+        return type(self), (self.args[0], self.env_index, self.worker_traceback,
+                            self.env_indices)
 
 
 #: a call on a closed executor: the contract's ``ClosedEnvError`` (the name executors had first)

@@ -30,7 +30,12 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.contract import RESET_NOW, end_truncated, on_episode_end
-from envfleet.executors.base import EnvWorkerError, ExecutorVectorEnv, failure_error
+from envfleet.executors.base import (
+    EnvWorkerError,
+    ExecutorVectorEnv,
+    RemoteTraceback,
+    failure_error,
+)
 from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.group import FAILURE_KEY, Infos
 from envfleet.executors.infos import InfoParts, entries
@@ -157,6 +162,12 @@ class ShareFleet(FirstReady, ExecutorVectorEnv):
         name the loss, for ``_fatal`` when the new owner cannot start."""
         raise NotImplementedError
 
+    def _restart_later(self, share: Share, what: str) -> bool:
+        """First-ready steps: start ``share``'s new owner without waiting for it, if the
+        transport can (True: its envs stay in flight until it answers, then end as
+        ``_restart`` ends them); False: ``_restart`` now."""
+        return False
+
     def _silence(self) -> str:
         """What an owner that did not answer in time did wrong."""
         return f"did not answer within step_timeout={self.step_timeout:g} s"
@@ -228,11 +239,15 @@ class ShareFleet(FirstReady, ExecutorVectorEnv):
 
     # --- faults ------------------------------------------------------------------------------
 
-    def _failed(self, share: Share, what: str, phase: str) -> None:
+    def _failed(self, share: Share, what: str, phase: str, tb: str | None = None) -> None:
         """``share``'s owner died or hung in ``phase``: restart it (``restart_failed``, in
-        ``restart_phases``), or shut everything down and raise (``_fatal``)."""
+        ``restart_phases``), or shut everything down and raise (``_fatal``; ``tb``: the
+        remote text of why, if any)."""
         if not (self.restart_failed and phase in self.restart_phases):
-            self._fatal(share, what, phase)
+            self._fatal(share, what, phase, tb)
+        if phase == "step" and self.batch_size < self.num_envs and \
+                self._restart_later(share, what):
+            return
         self._restart(share, what, phase)
 
     def _env_of(self, share: Share, phase: str) -> int | None:
@@ -250,13 +265,18 @@ class ShareFleet(FirstReady, ExecutorVectorEnv):
             env = share.start
         return f"{share.describe()} {what}{on}", env
 
-    def _fatal(self, share: Share, what: str, phase: str) -> NoReturn:
-        """Shut everything down and raise ``EnvWorkerError`` naming the env."""
+    def _fatal(self, share: Share, what: str, phase: str, tb: str | None = None) -> NoReturn:
+        """Shut everything down and raise ``EnvWorkerError`` naming the env and, as
+        ``env_indices``, every env of the share (``tb``: the remote text, chained as cause)."""
         self._stop(share)
         message, env = self._blame(share, what, phase)
         self._broken = message
         self._shutdown()
-        raise EnvWorkerError(message, env_index=env)
+        error = EnvWorkerError(message, env_index=env, worker_traceback=tb,
+                               env_indices=range(share.start, share.stop))
+        if tb is not None:
+            raise error from RemoteTraceback(tb)
+        raise error
 
     def _restart(self, share: Share, what: str, phase: str) -> None:
         """Replace lost ``share``'s owner by a new one over new envs (same rows). During a

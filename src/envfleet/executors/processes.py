@@ -196,11 +196,11 @@ class ProcessVectorEnv(ShareFleet):
     def _stop(self, w: Worker) -> None:
         pipes.kill(w.process)
 
-    def _fatal(self, w: Worker, what: str, phase: str) -> None:
+    def _fatal(self, w: Worker, what: str, phase: str, tb: str | None = None) -> None:
         if phase == "make" and w.process.exitcode == protocol.MAIN_REIMPORTED:
             self._shutdown()
             raise RuntimeError(pipes.UNGUARDED_MAIN) from None
-        super()._fatal(w, what, phase)
+        super()._fatal(w, what, phase, tb)
 
     def _restarted_where(self, w: Worker) -> str:
         return f" as pid {w.process.pid}"

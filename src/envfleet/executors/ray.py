@@ -8,19 +8,24 @@ native ids. The driver makes one RPC per actor per batch (the share's actions as
 leaf, at most one request in flight per actor) and copies each reply's arrays into its own
 preallocated batch buffers; ``ExecutorVectorEnv`` owns the Gymnasium contract.
 
-Faults: an actor that dies (process killed, node lost: ``RayActorError``) or stays silent past
-``step_timeout`` is killed and reported as ``EnvWorkerError`` naming its envs; an env that
-raises comes back as the same error as on every backend (env index, remote traceback). With
-``restart_failed=True`` the actor is built again wherever Ray finds room, and its envs'
-episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a worker).
+Faults: an actor that dies (process killed, node lost: ``RayActorError``, read by ``_death``,
+Ray's text chained as the cause) or stays silent past ``step_timeout`` is killed and reported as
+``EnvWorkerError`` naming its envs (``env_indices``); an env that raises comes back as the same
+error as on every backend (env index, remote traceback). With ``restart_failed=True`` the actor
+is built again wherever Ray finds room (waited for up to ``step_timeout``, else fatal), and its
+envs' episodes end as truncated with ``info["env_failure"]`` (as ``processes`` does for a
+worker).
 
 Start-up: with no Ray to join, the env starts a local one listening on loopback only, without
-the dashboard (``start_loopback_ray``); a cluster without room for the actors is refused at once,
-naming what they ask and what is free (``_check_room``).
+the dashboard (``start_loopback_ray``), and shuts it down at ``close()`` (a cluster it joined is
+left running); a cluster without room for the actors, in all or node by node, is refused at
+once, naming what they ask and what is free (``_check_room``). A user's native family travels
+as its spec in the actors' arguments (``_native_payload``).
 
 First-ready async (``batch_size < num_envs``, engine ``serial``): ``send`` / ``recv`` as the
 pool's; an actor steps the envs it was sent one at a time and answers with their rows, the
-driver waits on the actors' replies with ``ray.wait`` and hands out the first that are ready.
+driver waits on the actors' replies with ``ray.wait`` and hands out the first that are ready; a
+lost actor is restarted without blocking the others (``_begin_restart`` / ``_end_restart``).
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from __future__ import annotations
 import contextlib
 import math
 import os
+import re
 import signal
 import time
 import warnings
@@ -39,6 +45,7 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
+from envfleet.contract import RESET_NOW, on_episode_end
 from envfleet.executors.base import (
     DEFAULT_STEP_TIMEOUT,
     EnvWorkerError,
@@ -63,10 +70,11 @@ from envfleet.executors.runner import (
     ShareRunner,
     check_per_env,
     choose_engine,
+    kernel_names,
     output_names,
     process_identity,
 )
-from envfleet.executors.shared_memory import assign_rows, take_rows
+from envfleet.executors.shared_memory import assign_rows, copy_row, take_rows
 
 #: how long actors asked to close may take before they are killed
 CLOSE_GRACE = 2.0
@@ -86,6 +94,9 @@ class Actor(Share):
     ref: Any = None  # async: the request in flight
     ids: np.ndarray | None = None  # async: the envs of that request
     queue: list[tuple[np.ndarray, dict[str, np.ndarray]]] = field(default_factory=list)
+    #: async: a restart under way (what happened to the lost actor, the new one's hello, the
+    #: time by which it must have started)
+    restart: tuple[str, Any, float] | None = None
 
     def describe(self) -> str:
         node = f", node {self.node[:12]}" if self.node else ""
@@ -107,10 +118,11 @@ def _import_ray() -> Any:
 LOOPBACK = "127.0.0.1"
 
 
-def _init_ray(ray: Any, address: str | None) -> None:
+def _init_ray(ray: Any, address: str | None) -> bool:
     """Join the user's Ray (``address``, else ``RAY_ADDRESS``, else the cluster ``ray start``
     made on this machine: Ray's own rule) or, when there is none, start a local one that
-    listens on loopback only (``start_loopback_ray``)."""
+    listens on loopback only (``start_loopback_ray``); True when it started one (``close()``
+    shuts down only that: a cluster joined keeps whatever else the process put on it)."""
     if address is None or address == "local":
         from ray._private.services import canonicalize_bootstrap_address
 
@@ -120,8 +132,9 @@ def _init_ray(ray: Any, address: str | None) -> None:
             found = ""
         if found is None:
             start_loopback_ray(ray)
-            return
+            return True
     ray.init(address=address)
+    return False
 
 
 def start_loopback_ray(ray: Any, **options: Any) -> None:
@@ -153,7 +166,8 @@ def start_loopback_ray(ray: Any, **options: Any) -> None:
 
 
 def _shutdown(actors: list[Actor], owns_ray: list[bool]) -> None:
-    """Close and kill every actor; shut Ray down if this env started it (idempotent)."""
+    """Close and kill every actor; shut Ray down if this env started it as a local instance
+    (idempotent)."""
     try:
         import ray
     except ImportError:
@@ -189,19 +203,82 @@ def _in_placement_group(placement: Any) -> bool:
     return isinstance(placement, PlacementGroupSchedulingStrategy)
 
 
-def _check_room(ray: Any, workers: int, asks: dict[str, float]) -> None:
+def _pinned_node(placement: Any) -> str | None:
+    """The node ``placement`` confines the actors to (a hard node affinity), else None."""
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    if isinstance(placement, NodeAffinitySchedulingStrategy) and not placement.soft:
+        return placement.node_id
+    return None
+
+
+def _free_per_node(placement: Any) -> dict[str, dict[str, float]] | None:
+    """Each live node's free resources (node id -> amounts; only the node ``placement`` pins
+    the actors to, if any), or None where Ray does not say (e.g. through Ray Client)."""
+    try:
+        from ray._private.state import available_resources_per_node
+
+        free = available_resources_per_node()
+    except Exception:
+        return None
+    node = _pinned_node(placement)
+    return {k: v for k, v in free.items() if node is None or k == node}
+
+
+def _room(free: dict[str, float], asks: dict[str, float]) -> float:
+    """How many actors asking ``asks`` fit in one node's ``free`` resources (an actor runs on
+    one node: resources free on several do not add up for it)."""
+    return min((math.floor(free.get(k, 0.0) / v + 1e-9) for k, v in asks.items()),
+               default=math.inf)
+
+
+def _nodes_text(nodes: dict[str, dict[str, float]], asks: dict[str, float]) -> str:
+    """The free ``asks`` resources of the nodes with the most room (at most 4; then those
+    closest to room for one), for messages."""
+    def order(item: tuple[str, dict[str, float]]) -> tuple[float, float]:
+        free = item[1]
+        return -_room(free, asks), -sum(min(free.get(k, 0.0) / v, 1.0) for k, v in asks.items())
+
+    best = sorted(nodes.items(), key=order)
+    text = ", ".join(f"node {node[:12]}: {_amounts({k: free.get(k, 0.0) for k in asks})}"
+                     for node, free in best[:4])
+    more = f", and {len(best) - 4} more" if len(best) > 4 else ""
+    return f"{text}{more}" if best else "no live node"
+
+
+def _default_workers(ray: Any, num_cpus: float) -> int:
+    """As many actors asking ``num_cpus`` as the cluster's CPUs hold, node by node (two nodes
+    of 3 CPUs hold two actors of 2 CPUs, not three); at least one."""
+    try:
+        from ray._private.state import total_resources_per_node
+
+        nodes = list(total_resources_per_node().values())
+    except Exception:  # (Ray Client: the cluster's totals)
+        nodes = [ray.cluster_resources()]
+    cpus = [n.get("CPU", 0.0) for n in nodes]
+    fits = sum(math.floor(c / num_cpus + 1e-9) for c in cpus) if num_cpus else sum(cpus)
+    return max(1, int(fits))
+
+
+def _check_room(ray: Any, workers: int, asks: dict[str, float], placement: Any) -> None:
     """Refuse at once (``EnvWorkerError``) when the cluster has less free than ``workers``
-    actors asking ``asks`` each need in all: Ray would leave them pending, and ``make`` would
-    wait out its start timeout to blame a silent actor. Resources still held by actors just
-    killed (another env's ``close()``) are waited for up to ``FREE_GRACE``."""
+    actors asking ``asks`` each need in all, or when its nodes, one by one, have room for
+    fewer of them (resources free on several nodes do not add up for one actor): Ray would
+    leave them pending, and ``make`` would wait out its start timeout to blame a silent
+    actor. Resources still held by actors just killed (another env's ``close()``) are waited
+    for up to ``FREE_GRACE``."""
     need = {k: v * workers for k, v in asks.items()}
     deadline = time.monotonic() + FREE_GRACE
     while True:
         free = ray.available_resources()
         short = [k for k, v in need.items() if free.get(k, 0.0) < v - 1e-9]
-        if not short or time.monotonic() >= deadline:
+        nodes = _free_per_node(placement)
+        fits = nodes is None or sum(_room(n, asks) for n in nodes.values()) >= workers
+        if (not short and fits) or time.monotonic() >= deadline:
             break
         time.sleep(0.1)
+    ask_less = ("num_workers=, num_cpus= (e.g. num_cpus=0.5 to share CPUs), num_gpus=, "
+                "resources=")
     if short:
         total = ray.cluster_resources()
         raise EnvWorkerError(
@@ -209,8 +286,28 @@ def _check_room(ray: Any, workers: int, asks: dict[str, float]) -> None:
             f"{_amounts({k: need[k] for k in short})} in all, but the Ray cluster has "
             f"{_amounts({k: free.get(k, 0.0) for k in short})} free (of "
             f"{_amounts({k: total.get(k, 0.0) for k in short})}): other actors hold the rest "
-            f"(another backend='ray' env still open?). Close them, or ask for less: "
-            f"num_workers=, num_cpus= (e.g. num_cpus=0.5 to share CPUs), num_gpus=, resources=")
+            f"(another backend='ray' env still open?). Close them, or ask for less: {ask_less}")
+    if not fits:
+        assert nodes is not None
+        room = int(sum(min(_room(n, asks), workers) for n in nodes.values()))
+        raise EnvWorkerError(
+            f"backend 'ray': {workers} actor(s) asking {_amounts(asks)} each: the Ray cluster "
+            f"has {_amounts({k: free.get(k, 0.0) for k in asks})} free in all, but an actor "
+            f"runs on one node and its nodes have room for {room} of them "
+            f"({_nodes_text(nodes, asks)}). Ask for less per actor or use fewer actors "
+            f"({ask_less}), or add nodes with room")
+
+
+def _native_payload(native: NativeEnvs) -> tuple:
+    """What an actor builds a native share from: the id, kwargs, episode limit and, for a
+    family the user registered (``register_native_env``: only in the driver's registry), its
+    spec itself, which travels with the actor's arguments, and its kernel functions' names."""
+    from envfleet.envs import FAMILIES
+    from envfleet.registry import NATIVE_ENVS
+
+    spec = None if native.env_id in FAMILIES else NATIVE_ENVS[native.env_id]
+    kernels = set() if spec is None else kernel_names(spec)
+    return native.env_id, native.env_kwargs, native.max_episode_steps, spec, kernels
 
 
 def _kill(a: Actor) -> None:
@@ -250,20 +347,25 @@ class RayVectorEnv(ShareFleet):
                  num_workers: int | None = None, envs_per_worker: int | None = None,
                  address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
                  resources: dict[str, float] | None = None, placement: Any = "SPREAD",
-                 engine: str | None = None, engine_options: dict[str, Any] | None = None,
+                 runtime_env: dict[str, Any] | None = None, engine: str | None = None,
+                 engine_options: dict[str, Any] | None = None,
                  step_timeout: float = DEFAULT_STEP_TIMEOUT, batch_size: int | None = None,
                  restart_failed: bool = False) -> None:
         native = envs if isinstance(envs, NativeEnvs) else None
         num_envs = native.num_envs if native is not None else len(envs)
         super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
         self._actors: list[Actor] = []
+        #: during a restart: (what happened to the lost actor, the phase), for the error if the
+        #: new one fails too
+        self._restarting: tuple[str, str] | None = None
         self._owns_ray = [False]
         self._finalizer = weakref.finalize(self, _shutdown, self._actors, self._owns_ray)
         batch_size = check_batch_size(batch_size, num_envs)
         engine = choose_engine(engine, native is not None, batch_size, num_envs)
         check_timeout(step_timeout)
-        if engine_options is not None and not isinstance(engine_options, dict):
-            raise TypeError(f"engine_options must be a dict, got {engine_options!r}")
+        for name, value in (("engine_options", engine_options), ("runtime_env", runtime_env)):
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"{name} must be a dict, got {value!r}")
         for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
             if value is not None:
                 check_count(name, value)
@@ -274,16 +376,14 @@ class RayVectorEnv(ShareFleet):
         self.step_timeout = float(step_timeout)
         self.restart_failed = bool(restart_failed)
         ray = _import_ray()
-        if not ray.is_initialized():  # (a Ray started or joined here: close() shuts it down)
-            _init_ray(ray, address)
-            self._owns_ray[0] = True
+        if not ray.is_initialized():  # (a Ray started here: close() shuts it down)
+            self._owns_ray[0] = _init_ray(ray, address)
         try:
             if num_workers is None:
                 if envs_per_worker is not None:
                     num_workers = math.ceil(num_envs / envs_per_worker)
                 else:
-                    cpus = ray.cluster_resources().get("CPU", 1.0)
-                    num_workers = max(1, int(cpus // num_cpus) if num_cpus else int(cpus))
+                    num_workers = _default_workers(ray, num_cpus)
             self.num_workers = min(int(num_workers), num_envs)
             actor_options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus,
                                              "max_restarts": 0, "max_concurrency": 1}
@@ -291,16 +391,19 @@ class RayVectorEnv(ShareFleet):
                 actor_options["resources"] = dict(resources)
             if placement is not None:
                 actor_options["scheduling_strategy"] = placement
+            if runtime_env:
+                actor_options["runtime_env"] = dict(runtime_env)
             self._actor_cls = ray.remote(RayShareRunner).options(**actor_options)
-            self._payloads = [
-                (native.env_id, native.env_kwargs, native.max_episode_steps)
-                if native is not None else envs[start:stop]
-                for start, stop in split(num_envs, self.num_workers)]
+            self._payloads = [_native_payload(native) if native is not None else envs[start:stop]
+                              for start, stop in split(num_envs, self.num_workers)]
             self._engine_options = dict(engine_options or {})
             self._asks = {k: float(v) for k, v in
                           {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
-            if not _in_placement_group(placement):  # (a group's bundles are reserved apart)
-                _check_room(ray, self.num_workers, self._asks)
+            #: the room check's node filter (None: a placement group's bundles are reserved
+            #: apart, not checked)
+            self._placement = None if _in_placement_group(placement) else (placement,)
+            if self._placement is not None:
+                _check_room(ray, self.num_workers, self._asks, placement)
             self._start()
         except BaseException:
             self._finalizer()
@@ -377,21 +480,48 @@ class RayVectorEnv(ShareFleet):
                 what = self._silence()
                 if phase == "make":  # (or Ray could not place it)
                     free = ray.available_resources()
-                    what += (f" (each actor asks {_amounts(self._asks)}; the cluster has "
-                             f"{_amounts({k: free.get(k, 0.0) for k in self._asks})} free "
-                             f"now)")
-                self._failed(a, what, phase)
+                    what = (f"did not start within {timeout:g} s (each actor asks "
+                            f"{_amounts(self._asks)}; the cluster has "
+                            f"{_amounts({k: free.get(k, 0.0) for k in self._asks})} free "
+                            f"now)")
+                self._lost_actor(a, what, phase)
                 replies.append(LOST)
                 continue
             try:
                 replies.append(ray.get(ref))
             except RayActorError as error:
-                self._failed(a, f"died ({_death(error)})", phase)
+                self._lost_actor(a, _death(error), phase, _ray_text(error))
                 replies.append(LOST)
         self._refs = []
         for reply in replies:
             _raise_error(reply)
         return replies
+
+    def _lost_actor(self, a: Actor, what: str, phase: str, tb: str | None = None) -> None:
+        """Actor ``a`` died or stayed silent (``what``; ``tb``: Ray's full text): restart it or
+        fail (``_failed``); the new actor of a restart that fails too is fatal, naming the
+        first loss and the phase it happened in."""
+        if self._restarting is not None:
+            first, during = self._restarting
+            self._fatal(a, f"{first}, and could not be restarted (its new actor {what})",
+                        during, tb)
+        self._failed(a, what, phase, tb)
+
+    def _wait_for_room(self, timeout: float) -> str | None:
+        """Wait up to ``timeout`` s for a live node with room for one actor; None once there is
+        one (or where Ray does not say), else what the nodes have free."""
+        if self._placement is None:
+            return None
+        deadline = time.monotonic() + timeout
+        while True:
+            nodes = _free_per_node(self._placement[0])
+            if nodes is None or any(_room(n, self._asks) >= 1 for n in nodes.values()):
+                return None
+            if time.monotonic() >= deadline:
+                return (f"no live node had room for an actor asking {_amounts(self._asks)} "
+                        f"within step_timeout={self.step_timeout:g} s; free: "
+                        f"{_nodes_text(nodes, self._asks)}")
+            time.sleep(0.1)
 
     def _stop(self, a: Actor) -> None:
         _kill(a)
@@ -407,23 +537,93 @@ class RayVectorEnv(ShareFleet):
         return f" on node {a.node[:12]}"
 
     def _replace(self, a: Actor, fresh: bool, what: str, phase: str) -> Infos:
-        """Build actor ``a`` again (any node with room); ``fresh``: its envs start under the
-        autoreset rule (``ShareRunner.start_fresh``)."""
-        reply = self._gather([a], [self._spawn(a)], "make",
-                             max(self.step_timeout, MIN_START_TIMEOUT))[0]
+        """Build actor ``a`` again (any node with room, waited for up to ``step_timeout``);
+        ``fresh``: its envs start under the autoreset rule (``ShareRunner.start_fresh``)."""
+        why = self._wait_for_room(self.step_timeout)
+        if why is not None:
+            self._fatal(a, f"{what}, and could not be restarted ({why})", phase)
+        self._restarting = (what, phase)
+        try:
+            reply = self._gather([a], [self._spawn(a)], "make",
+                                 max(self.step_timeout, MIN_START_TIMEOUT))[0]
+        finally:
+            self._restarting = None
         a.pid, a.node, a.identity = reply[4], reply[5], reply[6]
-        a.ref, a.ids, a.queue = None, None, []
+        a.ref, a.ids, a.queue, a.restart = None, None, [], None
         if not fresh:
             return []
         reply = self._gather([a], [a.handle.start_fresh.remote()], phase,
                              self.step_timeout)[0]
         if reply is LOST:
             raise EnvWorkerError(f"{a.describe()} was lost again while its envs were reset "
-                                 f"after a restart")
+                                 f"after a restart", env_indices=range(a.start, a.stop))
+        return self._fresh(a, reply)
+
+    def _fresh(self, a: Actor, reply: tuple) -> Infos:
+        """Write a new actor's ``start_fresh`` reply (its envs' reset observations, if it reset
+        them now); their infos."""
         if len(reply) == 1:  # (nothing was reset)
             return []
         self._write(a, reply[1], None, [k for k in self._outputs if k.split(".")[0] == "obs"])
         return entries(self._info_parts(a, reply[2], reply[4], "info"))
+
+    # --- async restarts: the other actors' envs are handed out meanwhile ---------------------
+
+    def _restart_later(self, share: Share, what: str) -> bool:
+        """First-ready steps: a lost actor's restart does not hold back ``recv``
+        (``_begin_restart``). Its new actor, silent for a ``step_timeout``, is waited for
+        another while a node has room for it, up to the start timeout; else it is fatal."""
+        a = self._actors[share.index]
+        if a.restart is None:
+            self._begin_restart(a, what)
+            return True
+        why = self._wait_for_room(0.0)
+        if why is None and time.monotonic() < a.restart[2]:
+            self._heard[a.index] = min(time.monotonic(), a.restart[2] - self.step_timeout)
+            return True
+        why = why or f"its new actor did not start within " \
+                     f"{max(self.step_timeout, MIN_START_TIMEOUT):g} s"
+        self._fatal(a, f"{a.restart[0]}, and could not be restarted ({why})", "step")
+
+    def _begin_restart(self, a: Actor, what: str) -> None:
+        """Start a new actor for lost ``a`` over new envs and return at once: its envs stay in
+        flight until its ``start_fresh`` answer (``_end_restart``)."""
+        self._stop(a)
+        deadline = time.monotonic() + max(self.step_timeout, MIN_START_TIMEOUT)
+        a.restart = (what, self._spawn(a), deadline)
+        a.ref, a.ids, a.queue = a.handle.start_fresh.remote(), None, []
+        self._heard[a.index] = time.monotonic()
+
+    def _end_restart(self, a: Actor, ref: Any) -> int:
+        """The new actor of ``a`` answered: its envs' episodes end as truncated (``restart``),
+        ready for ``recv``; returns how many of them were in flight."""
+        import ray
+        from ray.exceptions import RayActorError
+
+        what, hello_ref, _ = a.restart
+        try:
+            hello, reply = ray.get([hello_ref, ref])
+        except RayActorError as error:
+            self._fatal(a, f"{what}, and could not be restarted (its new actor "
+                           f"{_death(error)})", "step", _ray_text(error))
+        for answer in (hello, reply):
+            if answer[0] != "ok":
+                self._broken = f"{a.describe()}: its new envs failed after a restart"
+                self._shutdown()
+                _raise_error(answer)
+        a.restart, a.queue = None, []  # (actions sent meanwhile were for the envs replaced)
+        a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
+        rows, kept = a.rows, {}
+        if on_episode_end(self.autoreset_mode) == RESET_NOW:
+            copy_row(self._obs, self._final_obs, rows)
+            kept = {k: v[rows].copy() for k, v in self.arrays.items()
+                    if k.split(".")[0] == "final_obs"}
+        self._restart_infos += self._fresh(a, reply)
+        for k, value in kept.items():
+            self.arrays[k][rows] = value
+        message = self._blame(a, what, "step")[0].removesuffix(" during step()")
+        self._lost[a.index] = f"{message}; it was restarted{self._restarted_where(a)}"
+        return self._async_lost()
 
     def _write(self, a: Actor, outputs: dict[str, np.ndarray], mask: np.ndarray | None,
                names: list[str] | None = None) -> None:
@@ -501,7 +701,8 @@ class RayVectorEnv(ShareFleet):
         refs = [a.handle.call.remote(owners[a.index], name, args, kwargs) for a in actors]
         replies = self._gather(actors, refs, "call", self.step_timeout)
         if any(reply is LOST for reply in replies):
-            raise EnvWorkerError(f"call({name!r}): {'; '.join(self._lost.values())}")
+            raise EnvWorkerError(f"call({name!r}): {'; '.join(self._lost.values())}",
+                                 env_indices=self._lost_envs())
         return {a.index: reply[1] for a, reply in zip(actors, replies, strict=True)}
 
     def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
@@ -511,7 +712,13 @@ class RayVectorEnv(ShareFleet):
                 for a in actors]
         replies = self._gather(actors, refs, "set_attr", self.step_timeout)
         if any(reply is LOST for reply in replies):
-            raise EnvWorkerError(f"set_attr({name!r}): {'; '.join(self._lost.values())}")
+            raise EnvWorkerError(f"set_attr({name!r}): {'; '.join(self._lost.values())}",
+                                 env_indices=self._lost_envs())
+
+    def _lost_envs(self) -> list[int]:
+        """The envs of the actors lost (and restarted) in this exchange."""
+        return [i for index in sorted(self._lost)
+                for i in range(self._actors[index].start, self._actors[index].stop)]
 
     def _resync(self) -> None:
         """After an interrupted call: wait for the requests still under way (dropping their
@@ -528,13 +735,24 @@ class RayVectorEnv(ShareFleet):
             if waiting:
                 self._broken = "an actor did not answer within step_timeout after an interrupt"
                 self._finalizer()
-                raise EnvWorkerError(self._broken)
+                raise EnvWorkerError(self._broken, env_indices=range(self.num_envs))
 
     # --- first-ready batches (``first_ready.FirstReady``'s transport hooks) ----------------
 
     def _drop_in_flight(self) -> None:
         for a in self._actors:
-            a.ref, a.ids, a.queue = None, None, []
+            if a.restart is not None:  # (a reset after an interrupt: the new actor answered)
+                self._started(a, a.restart[1])
+            a.ref, a.ids, a.queue, a.restart = None, None, [], None
+
+    def _started(self, a: Actor, hello_ref: Any) -> None:
+        """Record where actor ``a``'s new incarnation runs, if its hello has come."""
+        import ray
+
+        with contextlib.suppress(Exception):
+            hello = ray.get(hello_ref, timeout=0)
+            if hello[0] == "ok":
+                a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
 
     def _hand(self, a: Actor, ids: np.ndarray) -> None:
         """Queue actor ``a``'s envs ``ids``; an idle actor gets them at once (one request in
@@ -564,10 +782,12 @@ class RayVectorEnv(ShareFleet):
 
         ref, ids = a.ref, a.ids
         a.ref, a.ids = None, None
+        if a.restart is not None:
+            return self._end_restart(a, ref)
         try:
             reply = ray.get(ref)
         except RayActorError as error:
-            self._failed(a, f"died ({_death(error)})", phase)
+            self._lost_actor(a, _death(error), phase, _ray_text(error))
             return self._async_lost()
         if reply[0] != "ok":
             self._arrived(ids.tolist(), ready=False)
@@ -583,10 +803,37 @@ class RayVectorEnv(ShareFleet):
         return len(ids)
 
 
+#: what a node that cannot import the envs' code needs, for the error of an actor that could
+#: not be built
+IMPORT_HINT = ("the actor's node could not import what the envs need: install it on every node, "
+               "or ship it with Ray's runtime_env: ray.init(address=..., runtime_env="
+               "{'py_modules': [module]} or {'working_dir': '.'}) before make (or `ray job "
+               "submit --working-dir .`), or make(..., runtime_env=...) per actor (URIs, pip, "
+               "env_vars); see docs/SCALING.md")
+
+
+def _ray_text(error: BaseException) -> str:
+    """Ray's message for ``error`` (the remote traceback of an actor's creation), uncoloured."""
+    return re.sub(r"\x1b\[[0-9;]*m", "", str(error)).strip() or type(error).__name__
+
+
 def _death(error: BaseException) -> str:
-    """Why an actor died, in one line."""
-    text = str(error).strip().splitlines()
-    return text[0][:300] if text else type(error).__name__
+    """What happened to a lost actor, in one line: its node was lost (which, and why), it could
+    not be built on its node (the remote exception, and a hint when it is an import), or Ray's
+    first line."""
+    text = _ray_text(error)
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    node = re.search(r"its node has died\. Node Id: ([0-9a-f]+)", text)
+    if node:
+        after = text[node.end():].strip().splitlines()
+        reason = f": {after[0].strip()[:200]}" if after else ""
+        return f"died: its node {node.group(1)[:12]} was lost{reason}"
+    if getattr(error, "actor_init_failed", False):
+        last = lines[-1][:300] if lines else type(error).__name__
+        imports = any(k in text for k in ("ModuleNotFoundError", "ImportError",
+                                          "No module named", "could not be computed"))
+        return f"could not be built on its node ({last}){'; ' + IMPORT_HINT if imports else ''}"
+    return f"died ({lines[0][:300] if lines else type(error).__name__})"
 
 
 def _raise_error(reply: tuple) -> None:

@@ -11,6 +11,8 @@ the node it runs on).
 from __future__ import annotations
 
 import contextlib
+import dataclasses
+import inspect
 import os
 import re
 import traceback
@@ -82,6 +84,45 @@ def shift_env_numbers(text: str, offset: int) -> str:
     return _ENV_NUMBER.sub(shift, text)
 
 
+def _functions(spec: Any) -> list[Callable[..., Any]]:
+    """Every plain function a native spec reaches: its fields' and, recursively, the functions
+    they name as globals or hold in closures."""
+    found: dict[int, Callable[..., Any]] = {}
+    todo = [v for f in dataclasses.fields(spec) if inspect.isfunction(v := getattr(spec, f.name))]
+    while todo:
+        fn = todo.pop()
+        if id(fn) in found:
+            continue
+        found[id(fn)] = fn
+        codes, names = [fn.__code__], []
+        while codes:
+            code = codes.pop()
+            names += code.co_names
+            codes += [c for c in code.co_consts if inspect.iscode(c)]
+        cells = [c.cell_contents for c in fn.__closure__ or () if c.cell_contents is not None]
+        todo += [g for g in [*map(fn.__globals__.get, names), *cells] if inspect.isfunction(g)]
+    return list(found.values())
+
+
+def kernel_names(spec: Any) -> set[tuple[str, str]]:
+    """(module, qualified name) of each kernel function (``kernel_function``) ``spec`` reaches:
+    what ``mark_kernel_functions`` marks again where the spec arrives by value."""
+    from envfleet.native.jit import is_kernel_function
+
+    return {(fn.__module__, fn.__qualname__) for fn in _functions(spec) if is_kernel_function(fn)}
+
+
+def mark_kernel_functions(spec: Any, names: set[tuple[str, str]]) -> None:
+    """Mark ``spec``'s functions named in ``names`` as kernel functions again: a family defined
+    in ``__main__`` reaches an actor as copies of its functions (cloudpickle), which numba's
+    registry does not know."""
+    from envfleet.native.jit import is_kernel_function, kernel_function
+
+    for fn in _functions(spec):
+        if (fn.__module__, fn.__qualname__) in names and not is_kernel_function(fn):
+            kernel_function(fn)
+
+
 def process_identity(pid: int | str = "self") -> tuple[str, str, str] | None:
     """Which process ``pid`` is: (this machine's boot id, its pid namespace, its start time),
     read from /proc (None elsewhere, or when it is gone). An actor reports its own; the driver
@@ -122,8 +163,11 @@ class ShareRunner:
             from envfleet.envs import FAMILIES, NATIVE_ENVS
             from envfleet.native.build import build_native
 
-            env_id, env_kwargs, max_steps = payload
-            self.vec = build_native(NATIVE_ENVS[env_id], k, "numba", autoreset_mode=self.mode,
+            env_id, env_kwargs, max_steps, spec, kernels = payload  # (spec: a user's family)
+            if spec is not None:
+                mark_kernel_functions(spec, kernels)
+            self.vec = build_native(spec or NATIVE_ENVS[env_id], k, "numba",
+                                    autoreset_mode=self.mode,
                                     copy=False, max_episode_steps=max_steps,
                                     check_compile=env_id not in FAMILIES,
                                     **options, **env_kwargs)

@@ -181,18 +181,26 @@ class NativeVectorEnv(VectorContract):
                 record: bool = True) -> Rollout:
         """Run ``num_steps`` steps, each env's action from ``policy(obs)`` (a callable on the
         batch of observations, in the backend's array type) or from ``policy[t]`` (a batch of
-        ``(num_steps, num_envs, *action_shape)`` actions).
+        ``(num_steps, num_envs, *action_shape)`` actions). With ``copy=True`` (the default)
+        ``obs`` is each step's own copy, the policy's to keep or edit; with ``copy=False`` it is
+        the engine's observation buffer itself (a view the next step overwrites). A policy that
+        closes the env ends the rollout with the closed-env error.
 
         Autoreset and time limits as in ``step``. On ``cuda``, and on ``torch`` with a GPU,
         nothing waits for the GPU until the rollout ends (and from the third rollout with the
         same policy and length, the whole rollout replays one captured CUDA graph: the policy
         must then be capturable, i.e. read nothing back to the host; otherwise it is launched
-        step by step, with a warning). A refused action raises ``ValueError("rollout step t:
-        ...")`` naming the step and env; the envs are left as they were at step t (torch on a
-        GPU rewinds them to it: the rollout's first state kept in a copy of the env's buffers,
-        then its earlier steps again). Returns a ``Rollout`` of ``(num_steps, num_envs, ...)``
-        recordings (``record=False``: only ``next_obs`` and the ended episodes' count), copies
-        unless the env was made with ``copy=False`` (then buffers the next rollout overwrites).
+        step by step, with a warning; a replay does not call the policy: the inputs it kept
+        from the captured calls are rewritten by each replay). A refused action raises
+        ``ValueError("rollout step t: ...")`` naming the step and env; the envs are left as
+        they were at step t (torch on a GPU rewinds them to it: the rollout's first state kept
+        in a copy of the env's buffers, then its earlier steps again). Returns a ``Rollout`` of
+        ``(num_steps, num_envs, ...)`` recordings (``record=False``: only ``next_obs`` and the
+        ended episodes' count), copies unless the env was made with ``copy=False`` (then
+        buffers the next rollout overwrites); SAME_STEP records ``final_obs`` too (row
+        ``[t, i]``: env i's last observation when its episode ended at step t, zero
+        otherwise). A recording that cannot fit in memory is refused before anything is
+        allocated (``InsufficientMemoryError``).
         """
         self._check_open()
         self._check_has_reset("rollout")

@@ -114,21 +114,28 @@ def args_defaults() -> dict[str, Any]:
 
 
 def _env_name(env_id: str) -> str:
-    return env_id.removeprefix("envfleet/")
+    """The env ``env_id`` names, one name per env: a native id in envfleet's form
+    (``envfleet/MinAtar-Breakout-v1``, ``mygrid:MyGrid-v0``: ``MinAtar/Breakout-v1``,
+    ``MyGrid-v0``), else the Gymnasium id without its ``module:``."""
+    from envfleet.registry import _native_name  # make()'s own lookup
+
+    return _native_name(env_id) or env_id.rpartition(":")[2]
 
 
 def preset(env_id: str) -> dict[str, Any]:
     """The tuned settings for ``env_id``, else generic ones with Gymnasium's target."""
-    from envfleet.registry import _native_name  # make()'s own lookup
+    from envfleet.registry import _native_name, gym_id  # make()'s own lookup
 
-    name = _native_name(env_id) or _env_name(env_id)  # envfleet/MinAtar-Breakout-v1 too
+    native = _native_name(env_id)
+    name = native or _env_name(env_id)
     if name in PRESETS:
         return {k: (dict(v) if isinstance(v, dict) else v) for k, v in PRESETS[name].items()}
     target = None
     try:
         import gymnasium
 
-        target = gymnasium.spec(name).reward_threshold
+        # a user's native family: its envfleet/<id> carries its reference's reward_threshold
+        target = gymnasium.spec(gym_id(native) if native else name).reward_threshold
     except Exception:  # an id Gymnasium does not know: make() will say so
         pass
     return {"target_return": target}
@@ -384,18 +391,37 @@ def resolve_backend(env_id: str, backend: str) -> str:
 
 
 def _check_env(env_id: str, backend: str) -> None:
-    """Refuse an env this branch cannot build, before torch and the envs start."""
+    """Refuse an env this branch cannot build, before anything is printed and before torch and
+    the envs start: an id neither envfleet nor Gymnasium knows (naming the closest ones), an
+    unknown backend, a Gymnasium env whose package is missing."""
     import envfleet
-    from envfleet.registry import NATIVE_ENVS
+    from envfleet.native.build import missing_backend
+    from envfleet.registry import NATIVE_ENVS, _gym_spec, _native_name
 
-    name = _env_name(env_id)
-    if name == "Chess-v0" and name not in NATIVE_ENVS:
-        raise CommandError("Chess-v0 is not available in this build of envfleet yet (it "
-                           "lands with the Chess-v0 issue); train CartPole-v1 or a Gymnasium "
-                           "id meanwhile")
+    try:
+        name = _native_name(env_id)  # "module:Id" imports the module first
+        native = name is not None
+        if not native:
+            _gym_spec(env_id)
+    except envfleet.UnknownEnvError as error:
+        if env_id.rpartition(":")[2].removeprefix("envfleet/") == "Chess-v0" \
+                and "Chess-v0" not in NATIVE_ENVS:
+            raise CommandError("Chess-v0 is not available in this build of envfleet yet (it "
+                               "lands with the Chess-v0 issue); train CartPole-v1 or a "
+                               "Gymnasium id meanwhile") from None
+        raise CommandError(str(error)) from None
     if backend != "auto" and backend not in envfleet.registry.ALL_BACKENDS:
         raise CommandError(f"unknown backend {backend!r}; valid backends: "
                            f"{', '.join(envfleet.registry.ALL_BACKENDS)}")
+    if not native and backend in envfleet.registry.NATIVE_BACKENDS:
+        raise CommandError(f"backend {backend!r} runs envfleet's native envs ("
+                           f"{', '.join(NATIVE_ENVS)}); run {env_id} with backend 'serial', "
+                           f"'subprocess' or 'pool'")
+    if native and backend in envfleet.registry.NATIVE_BACKENDS:  # make()'s own refusals
+        why = missing_backend(NATIVE_ENVS[name], backend)
+        reason = envfleet.registry.backend_status(backend)
+        if why is not None or reason is not None:
+            raise CommandError(why or f"backend {backend!r} cannot run here: {reason}")
     if resolve_backend(env_id, backend) in envfleet.registry.EXECUTOR_BACKENDS:
         missing = missing_dependency(env_id)
         if missing is not None:

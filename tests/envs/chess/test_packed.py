@@ -134,6 +134,14 @@ def test_unpack_helpers_on_torch_tensors_and_bad_input():
         unpack_planes(planes)
 
 
+@pytest.mark.parametrize("value", [[0] * 584, None, "bits", 3, (np.zeros(584, np.uint8),)])
+@pytest.mark.parametrize("unpack", [unpack_mask, unpack_planes])
+def test_unpack_helpers_name_what_they_take_when_given_something_else(unpack, value):
+    with pytest.raises(TypeError, match=rf"^{unpack.__name__} expects a NumPy array or torch "
+                                        rf"tensor .*, got {type(value).__name__}$"):
+        unpack(value)
+
+
 def test_single_env_packed():
     import gymnasium
 

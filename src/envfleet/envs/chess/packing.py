@@ -27,6 +27,12 @@ def _is_tensor(x: Any) -> bool:
 
 
 def _check_last_axis(x: Any, size: int, dtype: str, what: str) -> None:
+    """Refuse anything but a NumPy array or torch tensor of shape ``(..., size)`` and ``dtype``
+    (``TypeError`` for another type, ``ValueError`` for another shape or dtype)."""
+    if not (isinstance(x, np.ndarray) or (_is_tensor(x) and hasattr(x, "ndim"))):
+        raise TypeError(f"{what} expects a NumPy array or torch tensor of shape (..., {size}) "
+                        f"and dtype {dtype} (make('Chess-v0', n, packed=True)), got "
+                        f"{type(x).__name__}")
     if x.ndim < 1 or x.shape[-1] != size or str(x.dtype).rsplit(".", 1)[-1] != dtype:
         raise ValueError(f"{what} expects a packed array of shape (..., {size}) and dtype "
                          f"{dtype} (make('Chess-v0', n, packed=True)), got shape "

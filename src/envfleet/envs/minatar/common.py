@@ -40,7 +40,6 @@ episode may repeat the previous episode's last action, exactly as the reference 
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, NamedTuple
@@ -97,10 +96,15 @@ def params_maker(game: str, actions: tuple[int, ...]) -> Callable[..., MinAtarPa
         probability that a step repeats the last action, and whether the game speeds up."""
         value = sticky_action_prob.item() if isinstance(sticky_action_prob, np.generic) \
             else sticky_action_prob
+        # compared, not converted: an int beyond float's range (10**400) is refused, not an
+        # OverflowError; NaN compares False
         if isinstance(value, bool) or not isinstance(value, int | float) \
-                or not (math.isfinite(value) and 0.0 <= value <= 1.0):
+                or not 0 <= value <= 1:
+            got = (f"about {'-' if value < 0 else ''}10**{len(str(abs(value))) - 1}"
+                   if isinstance(value, int) and abs(value) >= 10**16
+                   else repr(sticky_action_prob))
             raise ValueError(f"MinAtar {game}: sticky_action_prob must be a probability in "
-                             f"[0, 1], got {sticky_action_prob!r}")
+                             f"[0, 1], got {got}")
         if not isinstance(difficulty_ramping, bool | np.bool_):
             raise TypeError(f"MinAtar {game}: difficulty_ramping must be True or False, got "
                             f"{difficulty_ramping!r}")

@@ -1,0 +1,112 @@
+"""Each script in examples/ (docs/CLIENTS.md: one per RL library) runs for a tiny budget and
+prints what its library's users read: episode returns, evaluations, game results. An example
+whose library is not installed here is skipped (Tianshou, TorchRL: run by hand, see the page);
+CleanRL's script runs with stand-ins for tyro and TensorBoard where they are missing."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import envfleet
+from tests import example_stand_ins, test_readme
+
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+#: the examples this module runs (each skipped where a module it imports is missing)
+RUN_HERE = ("cleanrl_ppo.py", "sb3_ppo.py", "pettingzoo_chess.py", "tianshou_dqn.py",
+            "torchrl_ppo.py")
+CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
+#: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
+RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
+#: imported by an example but not needed by its smoke run: stood in for, or (CleanRL's wandb)
+#: imported only with ``--track``
+NOT_NEEDED = {*example_stand_ins.STANDS_IN, "wandb"}
+#: runs the example as ``__main__`` after putting CleanRL's stand-ins where tyro/tensorboard lack
+RUNNER = ("import runpy, sys; from tests import example_stand_ins; example_stand_ins.install(); "
+          "path = sys.argv.pop(1); sys.argv[0] = path; runpy.run_path(path, run_name='__main__')")
+
+
+def run_example(name: str, *args: str, cwd: Path, timeout: float = 240) -> str:
+    """Run examples/``name`` with ``args`` in a fresh interpreter; its stdout (failing on rc)."""
+    path = EXAMPLES / name
+    missing = sorted(set(test_readme.missing_modules(path.read_text())) - NOT_NEEDED)
+    if missing:
+        pytest.skip(f"{name} needs {', '.join(missing)}, not installed here")
+    source_root = str(Path(envfleet.__file__).resolve().parents[1])  # the envfleet under test
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(
+        [source_root, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
+        "ENVFLEET_QUIET": "1"}
+    proc = subprocess.run([sys.executable, "-c", RUNNER, str(path), *args],
+                          cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    assert proc.returncode == 0, f"examples/{name} {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
+    return proc.stdout
+
+
+def test_every_example_is_listed_and_on_the_clients_page():
+    """A new example gets a smoke test here and a mention in docs/CLIENTS.md."""
+    scripts = sorted(p.name for p in EXAMPLES.glob("*.py"))
+    assert scripts == sorted([*RUN_HERE, *RUN_ELSEWHERE])
+    page = (ROOT / "docs" / "CLIENTS.md").read_text()
+    assert [s for s in scripts if f"examples/{s}" not in page] == []
+
+
+@pytest.mark.parametrize(("page", "line", "source"), CLIENT_BLOCKS,
+                         ids=[f"{page}:{line}" for page, line, _ in CLIENT_BLOCKS])
+def test_clients_page_block_runs(page, line, source, tmp_path):
+    """docs/CLIENTS.md's complete snippets (```python) run as written, as the README's do."""
+    test_readme.test_readme_block_runs(page, line, source, tmp_path)
+
+
+def test_cleanrl_ppo_prints_episode_returns(tmp_path):
+    """CleanRL's ppo.py on envfleet logs its episodes on Gymnasium 1.x (0.29's final_info loop
+    printed none): CartPole's returns are the episode lengths, 1 <= r <= 500, and every
+    iteration prints its SPS line."""
+    out = run_example("cleanrl_ppo.py", "--total-timesteps", "1024", "--num-steps", "64",
+                      "--num-envs", "4", cwd=tmp_path)
+    returns = [float(r) for r in re.findall(r"^global_step=\d+, episodic_return=(\S+)$", out,
+                                            re.MULTILINE)]
+    assert len(returns) >= 4, out  # ~45 random-play episodes of ~22 steps in 1024 steps
+    assert all(r == int(r) and 1 <= r <= 500 for r in returns), returns
+    assert len(re.findall(r"^SPS: \d+$", out, re.MULTILINE)) == 1024 // (64 * 4), out
+
+
+def test_sb3_ppo_logs_episodes_and_evaluates(tmp_path):
+    """SB3's PPO on the facade logs ``rollout/ep_rew_mean`` (VecMonitor) and evaluates."""
+    out = run_example("sb3_ppo.py", "--total-timesteps", "512", cwd=tmp_path)
+    assert re.search(r"ep_rew_mean\s+\|\s+[\d.]+", out), out
+    match = re.search(r"^evaluation: mean_return=([\d.]+) \+/- [\d.]+ over 10 episodes$", out,
+                      re.MULTILINE)
+    assert match and 1 <= float(match.group(1)) <= 500, out
+
+
+def test_pettingzoo_chess_plays_games(tmp_path):
+    """Two random games to their end: zero-sum returns, a final position per game."""
+    out = run_example("pettingzoo_chess.py", "--games", "2", cwd=tmp_path)
+    games = re.findall(r"^game=(\d), plies=(\d+), returns=\{'player_0': (\S+), "
+                       r"'player_1': (\S+)\}, final=\S+ [wb] ", out, re.MULTILINE)
+    assert [g[0] for g in games] == ["0", "1"], out
+    assert all(int(p) > 0 and float(a) + float(b) == 0 for _, p, a, b in games), games
+
+
+def test_tianshou_dqn_trains_and_tests(tmp_path):
+    """Tianshou's DQN example on single native envs: an epoch, then a 10-episode test."""
+    out = run_example("tianshou_dqn.py", "--epochs", "1", "--epoch-num-steps", "500",
+                      "--num-test-envs", "10", cwd=tmp_path)
+    match = re.search(r"test: mean_return=([\d.]+) over 10 episodes$", out, re.MULTILINE)
+    assert match and 1 <= float(match.group(1)) <= 500, out
+
+
+def test_torchrl_ppo_logs_episode_returns(tmp_path):
+    """TorchRL's PPO on one batched native env: each 256-frame batch logs its finished
+    episodes' returns (RewardSum), 1 <= mean <= 500."""
+    out = run_example("torchrl_ppo.py", "--total-frames", "1024", cwd=tmp_path)
+    batches = re.findall(r"^frames=(\d+), episodes=(\d+), mean_return=([\d.]+)$", out,
+                         re.MULTILINE)
+    assert [int(f) for f, _, _ in batches] == [256, 512, 768, 1024], out
+    assert all(1 <= float(r) <= 500 for _, _, r in batches), batches
