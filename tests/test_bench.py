@@ -575,6 +575,25 @@ def test_chess_targets_and_perft_tables():
     assert body == [["start", "4", "197,281", "50.0M", "500k", "100×"]]
 
 
+def test_the_chess_report_shows_ratios_not_the_projects_targets():
+    """``envfleet bench --env Chess-v0`` shows its user envfleet's ratio to each peer, not the
+    issues' targets ("target >= 300×: NOT met"): those stay in the summary JSON line."""
+    from envfleet.bench.chess import markdown_sections, rich_sections, summary
+
+    point = {"type": "point", "status": "ok", "warmup_s": 0.5, "construct_s": 0.1}
+    rows = [{**point, "series": s, "backend": s, "num_envs": 512, "steps_per_s": sps,
+             "us_per_call": 1e6 * 512 / sps} for s, sps in (("numba", 5e7), ("python-chess", 2e5))]
+    results = Results(rows, ["numba", "python-chess"], primary="numba", unit="plies")
+    shown = [str(x) for x in rich_sections(results, [])] + [markdown_sections(results, [])]
+    for text in shown:
+        assert "target" not in text.lower() and "met" not in text.split()
+    line = "numba vs python-chess at N=512: 250× as measured (50.0M @ 512 vs 200k @ 512)"
+    assert f"ratio: {line}" in shown and f"- {line}" in shown[-1]
+    assert "openspiel" not in shown[-1]  # not measured here: left out, not "not measured"
+    judged = [t for t in summary(results, [])["targets"] if t["peer"] == "python-chess"]
+    assert judged[0]["met"] is False  # the project's record keeps its targets
+
+
 def test_masked_native_env_is_stepped_with_fresh_legal_actions(monkeypatch):
     """The envfleet side of the chess bench, on a stand-in with Chess-v0's API: every step
     gets ``random_legal_actions()`` (legal for the current masks) and the mask is checked."""

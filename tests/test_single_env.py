@@ -176,3 +176,48 @@ def test_make_vec_keeps_chess_episode_limit_of_its_params():
                        opponent="random", max_plies=40)
     assert env.unwrapped.engine.max_episode_steps == 20
     env.close()
+
+
+@pytest.mark.parametrize(("env_id", "action", "words"), [
+    ("CartPole-v1", np.array([0, 1]), "action must have shape () for Discrete(2), got shape (2,)"),
+    ("CartPole-v1", np.array([1]), "action must have shape () for Discrete(2), got shape (1,)"),
+    ("CartPole-v1", 5, "invalid action: 5 is not in Discrete(2) (integers 0..1)"),
+    ("CartPole-v1", 1.0, "action for Discrete(2) must be an integer, got dtype float64"),
+    ("Pendulum-v1", np.zeros(3), "action must have shape (1,) for Box(-2.0, 2.0, (1,), "
+                                 "float32), got shape (3,)"),
+    ("Pendulum-v1", np.array([np.nan]), "invalid action: [nan] is not finite (as float32)"),
+    ("MinAtar/Breakout-v1", 3, "invalid action: 3 is not in Discrete(3) (integers 0..2)")])
+def test_a_wrong_action_is_refused_in_single_env_words(env_id, action, words):
+    """``gymnasium.make("envfleet/<id>")`` is one env: its errors name no batch (num_envs=1)
+    and no env index (env 0), and a refused action changes nothing."""
+    env = gym.make(gym_id(env_id))
+    env.reset(seed=0)
+    with pytest.raises(ValueError) as error:
+        env.step(action)
+    assert str(error.value) == words
+    assert "num_envs" not in words and "env 0" not in words
+    legal = env.action_space.sample()  # the refused one moved nothing: as a fresh env's
+    np.testing.assert_array_equal(env.step(legal)[0], _step_fresh(env_id, legal))
+    env.close()
+
+
+def _step_fresh(env_id, action):
+    """The observation of a fresh env's first step with ``action`` (seed 0)."""
+    env = gym.make(gym_id(env_id))
+    env.reset(seed=0)
+    obs = env.step(action)[0]
+    env.close()
+    return obs
+
+
+def test_a_step_after_the_end_asks_for_reset_in_single_env_words():
+    env = gym.make("envfleet/CartPole-v1")
+    env.reset(seed=0)
+    while not any(env.step(1)[2:4]):
+        pass
+    with pytest.raises(ValueError, match=r"^the episode has ended \(terminated or truncated\): "
+                                         r"call reset\(\) before stepping again$"):
+        env.step(1)
+    env.reset(seed=1)
+    env.step(1)  # a reset starts the next episode
+    env.close()

@@ -177,15 +177,41 @@ def _refuse_wrapping_uint64(actions: Any, space: spaces.Discrete) -> None:
         raise ValueError(describe_bad_action(space, index, values[index].tolist()))
 
 
-def describe_bad_action(space: spaces.Space, index: int, value: Any) -> str:
-    """The error message for env ``index``'s invalid action ``value``."""
+def describe_bad_action(space: spaces.Space, index: int | None, value: Any) -> str:
+    """The error message for env ``index``'s invalid action ``value`` (None: a single env's,
+    ``check_single_action``)."""
+    where = "" if index is None else f" for env {index}"
     if isinstance(space, spaces.Discrete):
         lo = int(space.start)
-        return (f"invalid action for env {index}: {value!r} is not in {space} "
+        return (f"invalid action{where}: {value!r} is not in {space} "
                 f"(integers {lo}..{lo + int(space.n) - 1})")
     if isinstance(space, spaces.Box):  # any finite value: the env clips it to its bounds
-        return f"invalid action for env {index}: {value!r} is not finite (as {space.dtype})"
-    return f"invalid action for env {index}: {value!r} is not in {space}"
+        return f"invalid action{where}: {value!r} is not finite (as {space.dtype})"
+    return f"invalid action{where}: {value!r} is not in {space}"
+
+
+def check_single_action(action: Any, space: spaces.Discrete | spaces.Box) -> np.ndarray:
+    """A single env's ``action`` (``gymnasium.make("envfleet/<id>")``) as an array, refused
+    in single-env words (no batch, no env index) when its shape, dtype kind or value is
+    wrong for ``space``: what ``check_action_batch`` and the engine check for a batch."""
+    integer = isinstance(space, spaces.Discrete)
+    a = np.asarray(action)
+    shape = () if integer else tuple(space.shape)
+    if a.shape != shape:
+        raise ValueError(f"action must have shape {shape} for {space}, got shape {a.shape}")
+    kind, name = dtype_kind(a.dtype)
+    if kind not in ("iu" if integer else "iuf"):
+        what = "an integer" if integer else "numbers (float or int)"
+        raise ValueError(f"action for {space} must be {what}, got dtype {name}")
+    if integer:
+        lo = int(space.start)
+        ok = lo <= int(a) < lo + int(space.n)
+    else:
+        with np.errstate(over="ignore"):  # too large for the space's dtype: inf, refused
+            ok = bool(np.isfinite(a.astype(space.dtype)).all())
+    if not ok:
+        raise ValueError(describe_bad_action(space, None, a.tolist()))
+    return a
 
 
 def needs_reset_error(index: int) -> ValueError:

@@ -30,7 +30,7 @@ from envfleet.backends import (
     BackendUnavailableError,  # noqa: F401 - re-exported: envfleet.registry's public names
     backend_options,
 )
-from envfleet.contract import check_make_arguments
+from envfleet.contract import check_make_arguments, check_single_action
 from envfleet.envs import FAMILIES, NATIVE_ENVS
 from envfleet.memory import check_executor_memory
 from envfleet.native.build import build_native, native_backend_status
@@ -371,18 +371,25 @@ class NativeEnv(gymnasium.Env):
         self.metadata = {"render_modes": list(self.vector_env.metadata.get("render_modes", [])),
                          "render_fps": self.vector_env.metadata.get("render_fps")}
         self.render_mode = render_mode
+        self._ended = False  # the episode ended: a step needs a reset first
 
     def reset(self, *, seed: int | None = None,
               options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
         """Start an episode; ``seed`` seeds envfleet's counter-based RNG as env 0's seed."""
         super().reset(seed=seed)  # Gymnasium's np_random, for code that draws from it
         obs, info = self.vector_env.reset(seed=seed, options=options)
+        self._ended = False
         return obs[0], self._single_info(info)
 
     def step(self, action: Any) -> tuple[Any, float, bool, bool, dict[str, Any]]:
-        """Step with one action; after the episode ends, call ``reset()``."""
-        obs, reward, terminated, truncated, info = self.vector_env.step(
-            np.asarray(action)[None])
+        """Step with one action; after the episode ends, call ``reset()``. A wrong action, or
+        a step after the end, is refused in a single env's words (no batch, no env index)."""
+        action = check_single_action(action, self.action_space)
+        if self._ended:
+            raise ValueError("the episode has ended (terminated or truncated): call reset() "
+                             "before stepping again")
+        obs, reward, terminated, truncated, info = self.vector_env.step(action[None])
+        self._ended = bool(terminated[0]) or bool(truncated[0])
         return (obs[0], float(reward[0]), bool(terminated[0]), bool(truncated[0]),
                 self._single_info(info))
 

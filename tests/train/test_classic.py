@@ -26,7 +26,7 @@ def test_train_on_numba_with_the_preset(env_id, num_envs, continuous, tmp_path, 
     assert main(["train", env_id, *TINY, "--json", str(out), "--save", str(policy)]) == 0
     summary = json.loads(out.read_text())
     assert summary["backend"] == "numba" and summary["num_envs"] == num_envs
-    assert summary["total_steps"] == 32 * num_envs * max(1, 256 // (32 * num_envs))
+    assert summary["total_steps"] == 256  # whole rollouts (Acrobot-v1's shrunk to 16 steps)
     assert math.isfinite(summary["final_eval_return"]) and summary["evaluations"]
     capsys.readouterr()
     assert main(["eval", env_id, "--load", str(policy), "--episodes", "2"]) == 0

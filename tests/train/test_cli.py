@@ -9,6 +9,7 @@ import json
 import pytest
 
 from envfleet.cli import main
+from envfleet.command import CommandError
 from envfleet.train import checkpoint, ppo
 from tests.train.envs import MASKED_TOY_ID
 
@@ -257,3 +258,88 @@ def test_eval_video_of_an_env_without_renderer_is_refused_up_front(tmp_path, cap
     assert main(["eval", "Chess-v0", "--load", str(policy), "--video",
                  str(tmp_path / "v.mp4")]) == 2
     assert "Chess-v0 has no renderer yet" in capsys.readouterr().err
+
+
+# --- the budget, the ideal loop, the executor's workers ------------------------------------------
+
+
+def test_a_budget_below_one_rollout_shrinks_it_and_says_so_once(tmp_path, capsys):
+    """CartPole-v1's preset rollout is 8 envs x 32 steps; a 100-step budget runs 8 x 12 once
+    (not 256 steps), said once at the start, and the ending says how many steps ran."""
+    out = tmp_path / "run.json"
+    assert main(["train", "CartPole-v1", "--total-steps", "100", "--eval-every", "0",
+                 "--json", str(out)]) == 0
+    text = capsys.readouterr().out
+    assert text.count("rollouts shrunk to 12 steps x 8 envs") == 1
+    assert "ppo: 12 steps x 8 envs per rollout" in text and "evaluated at the end" in text
+    assert "stopped after the 100-step budget (96 steps, in whole rollouts of 96)" in text
+    assert json.loads(out.read_text())["total_steps"] == 96
+
+
+def test_a_budget_below_one_step_of_each_env():
+    """Fewer envs than the preset's when the budget is below one step of each; envs asked for
+    with --num-envs are never dropped: refused, naming both."""
+    args = _args("Chess-v0", "--total-steps", "100")
+    assert (args.num_envs, args.num_steps, args.num_minibatches) == (100, 1, 1)
+    assert _args("CartPole-v1", "--total-steps", "256").num_steps == 32  # one rollout fits
+    with pytest.raises(CommandError, match=r"--total-steps 100 is less than one step of each "
+                                           r"of the 256 envs \(--num-envs 256\)"):
+        _args("CartPole-v1", "--num-envs", "256", "--total-steps", "100")
+
+
+def test_no_ideal_skips_the_ideal_loop(tmp_path, capsys):
+    out = tmp_path / "run.json"
+    assert main(["train", "CartPole-v1", "--total-steps", "256", "--eval-every", "0",
+                 "--no-ideal", "--json", str(out)]) == 0
+    assert "ideal not measured (--no-ideal)" in capsys.readouterr().out
+    summary = json.loads(out.read_text(), parse_constant=pytest.fail)  # strict JSON: no NaN
+    assert summary["ideal_iterations"] == 0 and summary["args"]["ideal_every"] == 0
+    assert summary["sps_ideal"] is None and summary["efficiency"] is None
+    assert summary["sps_end_to_end"] > 0
+
+
+def test_worker_options_reach_the_training_env_only(monkeypatch):
+    """--num-workers / --cpus-per-worker are the training env's make() options (pool: its
+    processes; ray: actors, CPUs each); its evaluation env gets neither (local for ray)."""
+    import envfleet
+    from envfleet.train.envs import evaluation_args, make_envs
+
+    made, real_make = [], envfleet.make
+
+    def fake_make(env_id, num_envs, *, backend, **kwargs):
+        made.append((backend, kwargs))
+        return real_make("CartPole-v1", num_envs, seed=kwargs.get("seed"))
+
+    monkeypatch.setattr(envfleet, "make", fake_make)
+    args = _args("CartPole-v1", "--backend", "ray", "--num-workers", "3",
+                 "--cpus-per-worker", "0.5")
+    make_envs(args, 8, 1).close()
+    make_envs(evaluation_args(args), 100, 2).close()
+    (train_backend, train_kwargs), (eval_backend, eval_kwargs) = made
+    assert train_backend == "ray" and (train_kwargs["num_workers"], train_kwargs["num_cpus"]) \
+        == (3, 0.5)
+    assert eval_backend == "numba" and "num_workers" not in eval_kwargs
+    made.clear()
+    make_envs(_args("Taxi-v3", "--backend", "pool", "--num-workers", "2"), 4, 1)
+    assert made[0][0] == "pool" and made[0][1]["num_workers"] == 2
+    assert "num_cpus" not in made[0][1]
+
+
+@pytest.mark.parametrize(("env_id", "backend", "evaluated_on"), [
+    ("CartPole-v1", "ray", "numba"), ("Taxi-v3", "ray", "serial"),
+    ("Taxi-v3", "subprocess", "serial"), ("Taxi-v3", "pool", "pool"),
+    ("CartPole-v1", "torch", "torch"), ("envfleet/MinAtar-Breakout-v1", "ray", "numba")])
+def test_the_evaluation_env_of_ray_and_subprocess_runs_here(env_id, backend, evaluated_on):
+    from envfleet.train.envs import eval_backend
+
+    assert eval_backend(env_id, backend) == evaluated_on
+
+
+@pytest.mark.parametrize(("argv", "words"), [
+    (["--num-workers", "2"], "--num-workers applies to backend pool or ray, not numba"),
+    (["--backend", "pool", "--cpus-per-worker", "2"],
+     "--cpus-per-worker applies to backend ray, not pool")])
+def test_worker_options_on_a_backend_without_workers_are_refused(argv, words, capsys):
+    assert main(["train", "CartPole-v1", *argv, *TINY]) == 2
+    err = capsys.readouterr().err
+    assert words in err and "Traceback" not in err

@@ -237,3 +237,54 @@ def test_the_ideal_loop_leaves_training_alone():
 
     with_ideal, without = trained(1), trained(0)
     assert all(torch.equal(with_ideal[k], without[k]) for k in without)
+
+
+class FakeClock:
+    """``time.perf_counter`` for ``ideal``: moves only when a fake iteration runs."""
+
+    def __init__(self) -> None:
+        self.now = 0.0
+
+    def perf_counter(self) -> float:
+        return self.now
+
+
+def test_the_top_up_after_a_short_run_is_bounded_in_time(monkeypatch):
+    """Iterations of 3 s and a 10 s bound: 3 more start (the 4th would end at 12 s), each
+    reported to the progress callback; none is started past the bound."""
+    clock = FakeClock()
+    monkeypatch.setattr(ideal, "time", clock)
+    loop = ideal.IdealLoop.__new__(ideal.IdealLoop)
+    loop.times = [3.0]  # the one after the last real iteration
+    seconds = 3.0  # each iteration's
+
+    def iterate(real, epochs, agent, optimizer) -> float:
+        clock.now += seconds
+        loop.times.append(seconds)
+        return seconds
+
+    loop.iterate = iterate
+    calls = []
+    loop.top_up(None, 1, None, None, 10.0, lambda done, wanted: calls.append((done, wanted)))
+    assert len(loop.times) == 4 and clock.now == 9.0
+    wanted = ideal.IDEAL_MIN_ITERATIONS - 1
+    assert calls == [(0, wanted), (1, wanted), (2, wanted), (3, wanted)]
+    loop.times, seconds = [0.5], 0.5  # 6 more in 3 s
+    calls.clear()
+    loop.top_up(None, 1, None, None, 10.0, lambda done, wanted: calls.append((done, wanted)))
+    assert len(loop.times) == ideal.IDEAL_MIN_ITERATIONS and calls[-1] == (wanted, wanted)
+
+
+def test_train_tops_up_the_ideal_loop_within_ideal_top_up_s():
+    """A one-iteration run: with no time for it, the ideal keeps the one iteration timed
+    after the real one; with time, the top-up reports its progress up to its end."""
+    args = ppo.Args(env_id="CartPole-v1", backend="numba", num_envs=8, num_steps=16,
+                    total_steps=8 * 16, eval_every=0, eval_episodes=4, seed=1,
+                    ideal_top_up_s=0.0)
+    assert ppo.train(args)[1].ideal_iterations == 1
+    calls = []
+    args.ideal_top_up_s = 60.0
+    _, summary = ppo.train(args, on_top_up=lambda done, wanted: calls.append((done, wanted)))
+    wanted = ideal.IDEAL_MIN_ITERATIONS - 1
+    assert summary.ideal_iterations == ideal.IDEAL_MIN_ITERATIONS
+    assert calls == [(done, wanted) for done in range(wanted + 1)]

@@ -184,14 +184,14 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
 
     kernels = (step_serial, step_parallel, reset)
 
-    def announce(key: Any) -> Callable[[], None]:
-        return lambda: announce_compile(key, spec.id, "numba", spec.compile_seconds,
-                                        cached=is_disk_cached(reset))
+    def announce() -> None:
+        announce_compile(kernels, spec.id, "numba", spec.compile_seconds,
+                         cached=is_disk_cached(reset))
 
     disk_cached(first_refused)  # compiled only as part of the kernels below: not announced
     disk_cached(step_range)
-    for kernel in kernels:  # the serial set (reset, serial step) and the parallel step
-        disk_cached(kernel, on_compile=announce((kernels, kernel is step_parallel)))
+    for kernel in kernels:  # one notice for the set: a big batch's first reset then step
+        disk_cached(kernel, on_compile=announce)  # compile the serial set and the parallel step
     return kernels
 
 

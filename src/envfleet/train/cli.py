@@ -218,8 +218,16 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("env", metavar="ENV", help="env id (native, e.g. CartPole-v1, or any "
                                                   "Gymnasium id with an executor backend)")
     parser.add_argument("--backend", default="auto",
-                        help="numba, torch, cuda (native ids); serial, subprocess, pool "
-                             "(any id). Default: numba for native ids, pool otherwise")
+                        help="numba, torch, cuda (native ids); serial, subprocess, pool, ray "
+                             "(any id; ray: the evaluation env runs in this process). Default: "
+                             "numba for native ids, pool otherwise")
+    parser.add_argument("--num-workers", type=_positive_int, metavar="N",
+                        help="pool, ray: worker processes or Ray actors of the training env "
+                             "(default: pool one per usable core; ray the cluster's CPUs / "
+                             "--cpus-per-worker)")
+    parser.add_argument("--cpus-per-worker", type=_positive_float, metavar="CPUS",
+                        help="ray: CPUs each actor asks Ray for (default: 1; 0.5 shares a "
+                             "CPU between two actors)")
     parser.add_argument("--num-envs", type=_positive_int,
                         help=f"envs in the training batch ({preset_defaults('num_envs')})")
     parser.add_argument("--num-steps", type=_positive_int,
@@ -274,6 +282,11 @@ def add_train_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--plot", type=Path, metavar="PATH",
                         help="learning-curve PNG (default: next to --json, if given)")
     parser.add_argument("--save", type=Path, metavar="PATH", help="save the trained policy here")
+    parser.add_argument("--no-ideal", action="store_true",
+                        help="skip the ideal loop (the same work with an env that costs "
+                             "nothing, timed beside the real iterations; a short run tops it "
+                             "up after training for at most "
+                             f"{args_defaults()['ideal_top_up_s']:g} s)")
     parser.add_argument("--quiet", action="store_true", help="no progress bar or log lines")
     parser.set_defaults(func=run_train)
 
@@ -324,8 +337,12 @@ def build_settings(options: argparse.Namespace) -> dict[str, Any]:
     flags = {key: getattr(options, key, None) for key in (
         "num_envs", "num_steps", "num_minibatches", "update_epochs", "learning_rate", "gamma",
         "gae_lambda", "ent_coef", "clip_coef", "total_steps", "target_return", "time_limit",
-        "eval_every", "eval_episodes", "torch_threads", "device")}
+        "eval_every", "eval_episodes", "torch_threads", "device", "num_workers",
+        "cpus_per_worker")}
     settings.update({k: v for k, v in flags.items() if v is not None})
+    note = fit_budget(settings, flags["num_envs"] is not None)
+    if note is not None:
+        settings["notes"] = [note]
     # more envs: more minibatches of the preset's size, and fewer epochs (2 at least) to keep
     # about the preset's gradient steps per rollout (CartPole at 256 envs: 20 epochs over 32
     # minibatches did not solve in 200k steps, 2 epochs solved in 115-197k; seeds 1-3)
@@ -337,10 +354,31 @@ def build_settings(options: argparse.Namespace) -> dict[str, Any]:
                                                              / settings["num_minibatches"])))
     if options.keep_going:
         settings["stop_at_target"] = False
+    if getattr(options, "no_ideal", False):
+        settings["ideal_every"] = 0
     for key in ("opponent", "agent_color"):
         if getattr(options, key, None) is not None:
             settings.setdefault("env_kwargs", {})[key] = getattr(options, key)
     return settings
+
+
+def fit_budget(settings: dict[str, Any], num_envs_given: bool) -> str | None:
+    """Shrink the rollout of ``settings`` to a ``total_steps`` budget below one rollout (fewer
+    steps per env; fewer envs too where the preset chose them, else refused): the note that
+    says so, or None when a rollout fits (training runs whole rollouts, never past the budget)."""
+    budget, envs, steps = settings["total_steps"], settings["num_envs"], settings["num_steps"]
+    if envs * steps <= budget:
+        return None
+    if envs > budget:
+        if num_envs_given:
+            raise CommandError(f"--total-steps {budget:,} is less than one step of each of the "
+                               f"{envs:,} envs (--num-envs {envs:,}): give a budget of at "
+                               f"least {envs:,} steps, or fewer envs")
+        settings["num_envs"] = budget
+    settings["num_steps"] = budget // settings["num_envs"]
+    return (f"the {budget:,}-step budget is less than one rollout ({steps:,} steps x {envs:,} "
+            f"envs = {steps * envs:,}): rollouts shrunk to {settings['num_steps']:,} steps x "
+            f"{settings['num_envs']:,} envs")
 
 
 def resolve_backend(env_id: str, backend: str) -> str:
@@ -388,6 +426,20 @@ def _check_env(env_id: str, backend: str) -> None:
         missing = missing_dependency(env_id)
         if missing is not None:
             raise CommandError(missing)
+
+
+#: the backends each executor option of ``train`` applies to
+WORKER_OPTIONS = {"--num-workers": ("num_workers", ("pool", "ray")),
+                  "--cpus-per-worker": ("cpus_per_worker", ("ray",))}
+
+
+def _check_workers(options: argparse.Namespace) -> None:
+    """Refuse ``--num-workers`` / ``--cpus-per-worker`` on a backend without such workers."""
+    backend = resolve_backend(options.env, options.backend)
+    for option, (key, backends) in WORKER_OPTIONS.items():
+        if getattr(options, key, None) is not None and backend not in backends:
+            raise CommandError(f"{option} applies to backend {' or '.join(backends)}, not "
+                               f"{backend}")
 
 
 def missing_dependency(env_id: str) -> str | None:
@@ -475,6 +527,7 @@ def run_train(options: argparse.Namespace) -> int:
     stderr, and the exit status is 130.
     """
     _check_env(options.env, options.backend)
+    _check_workers(options)
     plot_path = options.plot or (options.json.with_suffix(".png") if options.json else None)
     for option, path in (("--save", options.save), ("--json", options.json),
                          ("--plot" if options.plot else "--plot (next to --json)", plot_path)):
@@ -507,12 +560,13 @@ def run_train(options: argparse.Namespace) -> int:
                            f"must stay below 2**64 (seeds are uint64); use at most "
                            f"{2**64 - highest}")
     console = Console(quiet=options.quiet, highlight=False)
-    for line in header(args):
+    for line in [*header(args), *(f"note: {note}" for note in settings.get("notes", ()))]:
         console.print(line, soft_wrap=True)
     bar = Progress(TextColumn("[progress.description]{task.description}"), BarColumn(),
                    MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("{task.fields[info]}"),
                    console=console, auto_refresh=False, disable=options.quiet, transient=True)
-    task = bar.add_task("training", total=args.total_steps, info="")
+    batch = args.num_envs * args.num_steps  # whole rollouts: the steps the budget runs
+    task = bar.add_task("training", total=max(1, args.total_steps // batch) * batch, info="")
     state = {"last_log": -math.inf, "last_refresh": -math.inf, "eval": "-"}
 
     def on_progress(p: ppo.Progress) -> None:
@@ -532,11 +586,19 @@ def run_train(options: argparse.Namespace) -> int:
                 f"end-to-end {_rate(p.sps_end_to_end):>6} | {_breakdown(p.times)}",
                 soft_wrap=True)
 
+    def on_top_up(done: int, wanted: int) -> None:  # the ideal loop after a short run
+        if "ideal" not in state:
+            bar.update(task, visible=False)
+            state["ideal"] = bar.add_task("ideal loop", total=wanted, info=(
+                f"at most {args.ideal_top_up_s:g} s (--no-ideal skips it)"))
+        bar.update(state["ideal"], completed=done)
+        bar.refresh()
+
     cpu_before = cpu_seconds()
     t0 = time.perf_counter()
     try:
         with bar:
-            agent, summary = ppo.train(args, on_progress)
+            agent, summary = ppo.train(args, on_progress, on_top_up=on_top_up)
     except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError,
             UnsupportedSpaceError, EnvBuildError) as error:
         raise CommandError(str(error)) from None
@@ -565,11 +627,16 @@ def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summar
     interrupted = summary.stop_reason == "interrupted"
     console.print(ending(args, summary), soft_wrap=True)
     low, high = summary.sps_ideal_iqr
-    console.print(f"steps/s: env-only {_rate(summary.sps_env)}, ideal {_rate(summary.sps_ideal)}"
-                  f" (IQR {_rate(low)}-{_rate(high)}, {summary.ideal_iterations} iterations)"
-                  f", end-to-end {_rate(summary.sps_end_to_end)} (efficiency "
-                  f"{summary.efficiency:.2f}); time: {_breakdown(summary.times)}; "
-                  f"other processes' load {_fmt(load, 2)} cores", soft_wrap=True)
+    if summary.ideal_iterations:
+        ideal = (f"ideal {_rate(summary.sps_ideal)} (IQR {_rate(low)}-{_rate(high)}, "
+                 f"{summary.ideal_iterations} iterations), end-to-end "
+                 f"{_rate(summary.sps_end_to_end)} (efficiency {summary.efficiency:.2f})")
+    else:
+        ideal = (f"ideal not measured ({'--no-ideal' if args.ideal_every == 0 else 'stopped first'}"
+                 f"), end-to-end {_rate(summary.sps_end_to_end)}")
+    console.print(f"steps/s: env-only {_rate(summary.sps_env)}, {ideal}; time: "
+                  f"{_breakdown(summary.times)}; other processes' load {_fmt(load, 2)} cores",
+                  soft_wrap=True)
     if summary.above_ideal:  # on stderr, --quiet or not
         warn = Console(stderr=True, highlight=False)
         warn.print(f"[yellow]warning: end-to-end {_rate(summary.sps_end_to_end)} steps/s is "
@@ -577,8 +644,8 @@ def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summar
                    f"with an env that costs nothing, so the machine's load changed during the "
                    f"run (real iterations timed alike: median {_rate(summary.sps_iteration)}), "
                    f"or this is a bug[/yellow]", soft_wrap=True)
-    result = {"env": args.env_id, "backend": args.backend, "num_envs": args.num_envs,
-              "seed": args.seed, **asdict(summary), "background_load": load}
+    result = finite({"env": args.env_id, "backend": args.backend, "num_envs": args.num_envs,
+                     "seed": args.seed, **asdict(summary), "background_load": load})
     if _env_name(args.env_id) == "Chess-v0" and summary.final_eval is not None:
         result["final_outcomes"] = outcomes(summary.final_eval["returns"])
         o = result["final_outcomes"]
@@ -628,6 +695,16 @@ def _report_and_write(options: argparse.Namespace, args: Any, agent: Any, summar
         else:
             console.print(f"{label}: {where}")
     return 130 if interrupted else status
+
+
+def finite(x: Any) -> Any:
+    """``x`` with NaN and infinities as None (JSON's null: ``--no-ideal``'s ideal steps/s):
+    the summary stays strict JSON."""
+    if isinstance(x, dict):
+        return {k: finite(v) for k, v in x.items()}
+    if isinstance(x, list | tuple):
+        return [finite(v) for v in x]
+    return None if isinstance(x, float) and not math.isfinite(x) else x
 
 
 def _check_plot_format(path: Path) -> None:
@@ -707,10 +784,18 @@ def header(args: Any) -> list[str]:
     if args.time_limit is not None:
         budget += f" or {args.time_limit:,g} s (time limit), whichever comes first"
     minibatch = math.ceil(args.num_envs * args.num_steps / args.num_minibatches)
-    return [f"[bold]envfleet train[/bold] {args.env_id} backend={args.backend} "
+    from envfleet.train.envs import eval_backend
+
+    backend = args.backend + "".join(
+        f" {key}={getattr(args, key):g}" for key in ("num_workers", "cpus_per_worker")
+        if getattr(args, key) is not None)
+    if eval_backend(args.env_id, args.backend) != args.backend:
+        backend += f" (evaluation: {eval_backend(args.env_id, args.backend)}, in this process)"
+    return [f"[bold]envfleet train[/bold] {args.env_id} backend={backend} "
             f"num_envs={args.num_envs} seed={args.seed}; budget {budget}; target "
             + ("none" if args.target_return is None else f"{args.target_return:g} (greedy "
-               f"{args.eval_episodes}-episode mean, evaluated every {args.eval_every:,} steps)"),
+               f"{args.eval_episodes}-episode mean, evaluated "
+               + (f"every {args.eval_every:,} steps)" if args.eval_every > 0 else "at the end)")),
             f"ppo: {args.num_steps} steps x {args.num_envs} envs per rollout, "
             f"{args.num_minibatches} minibatch{'es' if args.num_minibatches > 1 else ''} of "
             f"{minibatch} x {args.update_epochs} epochs, lr {args.learning_rate:g}"
@@ -728,6 +813,9 @@ def ending(args: Any, summary: Any) -> str:
         stopped = f"when interrupted (Ctrl-C) at {summary.total_steps:,} steps"
     else:
         stopped = f"after the {args.total_steps:,}-step budget"
+        if summary.total_steps != args.total_steps:  # whole rollouts, never past it
+            stopped += (f" ({summary.total_steps:,} steps, in whole rollouts of "
+                        f"{args.num_envs * args.num_steps:,})")
     text = f"[bold]stopped[/bold] {stopped} in {summary.wall_s:.2f} s"
     if args.target_return is not None:
         solved = ("never (within the budget)" if summary.solved_at_s is None else

@@ -9,7 +9,8 @@ twin agent and optimizer loaded with the real ones' parameters and Adam state be
 iteration, with the real update's epoch count; ``ppo.ideal_loop`` builds it. One ideal
 iteration runs right after each of the first ``IDEAL_MIN_ITERATIONS`` real ones, then after
 every ``ideal_every`` (and the last), before any evaluation: the same machine load and cache
-state. Its time is kept off the training clock; the ideal draws nothing from training's random
+state. A run shorter than that tops up after training, for at most ``Args.ideal_top_up_s``
+seconds. Its time is kept off the training clock; the ideal draws nothing from training's random
 stream.
 """
 
@@ -137,8 +138,20 @@ class IdealLoop:
         return time.perf_counter() - t_all
 
     def top_up(self, real: Any, epochs: int, agent: torch.nn.Module,
-               optimizer: torch.optim.Optimizer) -> None:
+               optimizer: torch.optim.Optimizer, seconds: float,
+               on_iteration: Callable[[int, int], None] | None = None) -> None:
         """A short run: the last iteration again until ``IDEAL_MIN_ITERATIONS`` are timed
-        (enough for a median and IQR)."""
-        while len(self.times) < IDEAL_MIN_ITERATIONS:
-            self.iterate(real, epochs, agent, optimizer)
+        (enough for a median and IQR), starting none that would end past ``seconds``.
+        ``on_iteration(done, wanted)``: before the first and after each (a progress bar)."""
+        wanted = IDEAL_MIN_ITERATIONS - len(self.times)
+        if wanted <= 0:
+            return
+        t0, last = time.perf_counter(), max(self.times, default=0.0)
+        for done in range(wanted):
+            if on_iteration is not None:
+                on_iteration(done, wanted)
+            if time.perf_counter() - t0 + last > seconds:  # the next one would overrun
+                return
+            last = self.iterate(real, epochs, agent, optimizer)
+        if on_iteration is not None:
+            on_iteration(wanted, wanted)

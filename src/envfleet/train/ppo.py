@@ -25,7 +25,15 @@ from torch import nn
 
 from envfleet.machine import capped_threads
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
-from envfleet.train.envs import action_mask, as_tensor, box_bounds, env_actions, make_envs, warm_up
+from envfleet.train.envs import (
+    action_mask,
+    as_tensor,
+    box_bounds,
+    env_actions,
+    evaluation_args,
+    make_envs,
+    warm_up,
+)
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
 from envfleet.train.ideal import IdealLoop
 from envfleet.train.nets import ActorCritic
@@ -38,7 +46,8 @@ class Args:
     env_id: str = "CartPole-v1"
     """the env id (native id or any Gymnasium id)"""
     backend: str = "auto"
-    """envfleet backend: numba, torch, cuda (native ids) or serial, subprocess, pool"""
+    """envfleet backend: numba, torch, cuda (native ids) or serial, subprocess, pool, ray (any
+    id; the evaluation env of subprocess and ray runs in this process: ``envs.evaluation_args``)"""
     env_kwargs: dict[str, Any] = field(default_factory=dict)
     """extra keyword arguments for envfleet.make (e.g. opponent for Chess-v0)"""
     num_envs: int = 8
@@ -91,6 +100,11 @@ class Args:
     torch_threads: int = 1
     """torch intra-op threads, at most the usable cores (small MLPs on CPU: 1 avoids thread
     hand-offs; more spinning threads than cores would starve the loop)"""
+    num_workers: int | None = None
+    """worker processes (pool) or Ray actors (ray) of the training env (None: the backend's
+    default: pool one per usable core, ray one per CPU of the cluster over cpus_per_worker)"""
+    cpus_per_worker: float | None = None
+    """CPUs each Ray actor of the training env asks Ray for (None: ray's default, 1)"""
     env_threads: int | None = 1
     """numba threads of a numba env (None: numba's; more spin idle and starve torch's core)"""
     device: str = "cpu"
@@ -111,6 +125,9 @@ class Args:
     """wall-clock seconds of training (evaluations included) before stopping"""
     ideal_every: int = 4
     """time an ideal iteration after every this many real ones (1: each, the e2e study; 0: off)"""
+    ideal_top_up_s: float = 10.0
+    """seconds at most spent after a short run timing more ideal iterations (for a median and
+    IQR of ``ideal.IDEAL_MIN_ITERATIONS``); none starts that would end past them"""
 
 
 # --- the agent --------------------------------------------------------------------------------
@@ -424,8 +441,11 @@ def ideal_loop(agent: Agent, args: Args, info: dict[str, Any],
 
 
 def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
-          evaluate_fn: Callable[..., EvalResult] = evaluate) -> tuple[Agent, Summary]:
+          evaluate_fn: Callable[..., EvalResult] = evaluate,
+          on_top_up: Callable[[int, int], None] | None = None) -> tuple[Agent, Summary]:
     """Train PPO on ``args.env_id``; returns the agent and the run's summary.
+    ``on_progress``: after every iteration; ``on_top_up(done, wanted)``: while a short run's
+    ideal loop tops up after training (``IdealLoop.top_up``).
 
     Ctrl-C (KeyboardInterrupt) once training has started stops it at once and returns the agent
     and the summary as far as they got (``stop_reason`` "interrupted"); before that (building
@@ -439,7 +459,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     # -- build and warm up (JIT compile, first touches): reported apart as compile_s
     t_build = time.perf_counter()
     env = make_envs(args, args.num_envs, args.seed)  # spaces the agent has no head for: refused
-    eval_env = make_envs(args, args.eval_episodes, args.seed + EVAL_SEED_OFFSET)
+    eval_env = make_envs(evaluation_args(args), args.eval_episodes,
+                         args.seed + EVAL_SEED_OFFSET)  # (ray, subprocess: in this process)
     agent = build_agent(env, args)
     optimizer = make_optimizer(agent, args)
     bounds = box_bounds(env.single_action_space, device)
@@ -496,7 +517,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
         # finished), and enough ideal iterations for a median and IQR
         final = evals.final(steps)
         if ideal is not None:
-            ideal.top_up(buf, int(stats["epochs"]), agent, optimizer)
+            ideal.top_up(buf, int(stats["epochs"]), agent, optimizer, args.ideal_top_up_s,
+                         on_top_up)
     except KeyboardInterrupt:
         stop_reason = "interrupted"
     records.end_loop()  # (interrupted within the loop: now)

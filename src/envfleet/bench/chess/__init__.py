@@ -109,6 +109,7 @@ from envfleet.bench.chess.perft import (
 from envfleet.bench.chess.sections import (
     best_lines,
     markdown_sections,
+    peer_lines,
     per_core,
     perft_table,
     rich_sections,
@@ -164,6 +165,7 @@ __all__ = [
     "native_options",
     "native_reset_options",
     "peer_baselines",
+    "peer_lines",
     "per_core",
     "perft_cases",
     "perft_specs",

@@ -1,5 +1,7 @@
-"""The chess report sections: perft table, the issue's target ratios, best N, the summary
-JSON line; as Markdown and as rich tables."""
+"""The chess report sections: perft table, the ratios against the peers, best N, the summary
+JSON line; as Markdown and as rich tables. The issues' targets (``TARGETS``, ``USER_TARGETS``)
+are the project's own: only the summary JSON line and ``target_lines`` judge against them, the
+report a user reads shows the ratios as measured (``peer_lines``)."""
 
 from __future__ import annotations
 
@@ -43,12 +45,19 @@ def perft_table(rows: list[dict[str, Any]]) -> tuple[list[str], list[list[str]]]
     return header, body
 
 
-def target_lines(results: Any) -> list[str]:
-    """The issue's targets: measured ratio against each, or why it was not measured."""
+def peer_lines(results: Any) -> list[str]:
+    """The measured ratios of the targets' comparisons, without the project's targets and
+    verdicts (what ``envfleet bench`` shows its user); the unmeasured ones left out."""
+    return target_lines(results, judged=False)
+
+
+def target_lines(results: Any, judged: bool = True) -> list[str]:
+    """The issue's targets: measured ratio against each, or why it was not measured
+    (``judged=False``: the measured ratios alone, no target nor verdict)."""
     primary = results.primary
     lines = []
     if primary is None or not results.get_best(primary):
-        return [f"not measured ({CHESS_ID} is not available here: peers only)"]
+        return [f"not measured ({CHESS_ID} is not available here: peers only)"] if judged else []
     for peer, n, target in TARGETS:
         if n is None:  # the best N of each
             ours, theirs = results.get_best(primary), results.get_best(peer)
@@ -59,7 +68,9 @@ def target_lines(results: Any) -> list[str]:
             theirs = theirs if theirs and theirs.get("status") == "ok" else None
             where = f"at N={n:,}"
         if not (ours and theirs):
-            lines.append(f"{primary} vs {peer} {where}: not measured (target >= {target:g}×)")
+            if judged:
+                lines.append(f"{primary} vs {peer} {where}: not measured (target >= "
+                             f"{target:g}×)")
             continue
         r = ours["steps_per_s"] / theirs["steps_per_s"]
         verdict = "met" if r >= target else "NOT met"
@@ -67,9 +78,10 @@ def target_lines(results: Any) -> list[str]:
                   f"{human(theirs['steps_per_s'])} @ {theirs['num_envs']:,}")
         core = per_core(r, ours, theirs)
         core_text = f", {ratio(core)} per core used" if core is not None else ""
+        verdict_text = f"; target >= {target:g}× as measured: {verdict}" if judged else ""
         lines.append(f"{primary} vs {peer} {where}: {ratio(r)} as measured{core_text} "
-                     f"({detail}); target >= {target:g}× as measured: {verdict}")
-    return lines + user_target_lines(results)
+                     f"({detail}){verdict_text}")
+    return lines + user_target_lines(results, judged)
 
 
 def _ok(row: dict[str, Any] | None) -> dict[str, Any] | None:
@@ -98,19 +110,20 @@ def user_targets(results: Any) -> list[dict[str, Any]]:
     return out
 
 
-def user_target_lines(results: Any) -> list[str]:
-    """``user_targets`` as the report's lines."""
+def user_target_lines(results: Any, judged: bool = True) -> list[str]:
+    """``user_targets`` as the report's lines (``judged=False``: the measured ratios alone)."""
     lines = []
     for t in user_targets(results):
         bound = f"{'<=' if t['at_most'] else '>='} {t['target']:g}×"
         where = f"{t['what']} at N={t['num_envs']:,}"
         if t["ratio"] is None:
-            lines.append(f"{where}: not measured (target {bound})")
+            if judged:
+                lines.append(f"{where}: not measured (target {bound})")
             continue
         core = t.get("ratio_per_core")
         core_text = f", {ratio(core)} per core used" if core is not None else ""
-        lines.append(f"{where}: {ratio(t['ratio'])} as measured{core_text}; target {bound}: "
-                     f"{'met' if t['met'] else 'NOT met'}")
+        verdict = f"; target {bound}: {'met' if t['met'] else 'NOT met'}" if judged else ""
+        lines.append(f"{where}: {ratio(t['ratio'])} as measured{core_text}{verdict}")
     return lines
 
 
@@ -198,11 +211,12 @@ def markdown_sections(results: Any, perft_rows: list[dict[str, Any]], user: Any 
         parts += ["", f"### {CHESS_ID}: plies/s in the user loop", "",
                   f"The user loop: {USER_LOOP_NOTE}; the policy and faults columns are "
                   f"{user.primary}'s.", "", _md_table(*user_loop_table(user))]
-    parts += ["", "Best plies/s of each series: " + "; ".join(best_lines(results)) + ".", "",
-             "Targets (issues 4, 10 and 22, one run on this machine; ratios as measured, "
-             "envfleet's threads against each peer's, and per core used; the user loop's "
-             "steps timed, its policy not):", ""]
-    parts += [f"- {line}" for line in target_lines(results)]
+    parts += ["", "Best plies/s of each series: " + "; ".join(best_lines(results)) + "."]
+    if lines := peer_lines(results):
+        parts += ["", "Ratios (one run on this machine; as measured, "
+                  "envfleet's threads against each peer's, and per core used; the user loop's "
+                  "steps timed, its policy not):", ""]
+        parts += [f"- {line}" for line in lines]
     if perft_rows:
         header, body = perft_table(perft_rows)
         parts += ["", f"### {CHESS_ID}: perft nodes/s (bulk counting at the last ply)", "",
@@ -226,9 +240,7 @@ def rich_sections(results: Any, perft_rows: list[dict[str, Any]], user: Any = No
         out.append(rich_table(f"{CHESS_ID} plies/s in the user loop ({USER_LOOP_NOTE})",
                               *user_loop_table(user)))
     out.append("best: " + escape("; ".join(best_lines(results))))
-    for line in target_lines(results):
-        style = "green" if line.endswith(": met") else "yellow"
-        out.append(f"[{style}]target: {escape(line)}[/]")
+    out += [f"ratio: {escape(line)}" for line in peer_lines(results)]
     if perft_rows:
         out.append(rich_table(f"{CHESS_ID} perft nodes/s (bulk counting at the last ply)",
                               *perft_table(perft_rows)))

@@ -67,8 +67,9 @@ def train_args(preset_env: str, env_id: str, backend: str, num_envs: int, iterat
 
     parser = argparse.ArgumentParser()
     add_train_arguments(parser)
+    # (a budget of whole preset rollouts, set below: no rollout shrunk to the preset's budget)
     args = build_args(parser.parse_args([preset_env, "--num-envs", str(num_envs),
-                                         "--seed", str(seed)]))
+                                         "--seed", str(seed), "--total-steps", str(2**62)]))
     batch = args.num_envs * args.num_steps
     return dataclasses.replace(
         args, env_kwargs=args.env_kwargs if env_kwargs is None else env_kwargs,
