@@ -121,7 +121,8 @@ def build_native(spec: NativeEnvSpec, num_envs: int, backend: str, *,
     if max_episode_steps is None:
         max_episode_steps = (spec.default_max_steps(params) if spec.default_max_steps
                              else spec.max_episode_steps)
-    check_native_memory(spec, num_envs, backend, options)
+    check_native_memory(spec, num_envs, backend, options, copy=copy,
+                        same_step=mode is AutoresetMode.SAME_STEP)
     if backend != "numba" and bounds_checked():
         warnings.warn(f"{BOUNDSCHECK_VARIABLE}=1 checks the numba backend's kernels; the "
                       f"{backend!r} backend runs {spec.id} unchecked: make it with "
