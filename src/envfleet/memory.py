@@ -11,6 +11,10 @@ from envfleet.native.spec import STATE, NativeEnvSpec
 #: per-env floor for executors: a Python Gymnasium env object (CartPole: about 3.5 KB) and its
 #: batch-buffer rows; the env's own memory is unknowable before it is built
 EXECUTOR_BYTES_PER_ENV = 1024
+#: copies of each ``copy=True`` output alive at once: the caller's last step's, the step's new
+#: one, and a reset's; the numba engine keeps them to write again (``Spares``, up to
+#: ``numba_backend.SPARES_PER_SHAPE``: 3)
+COPIES_HELD = 3
 #: per-env bytes a native engine holds besides its declared buffers (``NativeEnvSpec.buffers``)
 #: and its action buffer (8 bytes per component): a reset's mask and new seeds, the cuda
 #: engine's all-envs mask / the torch engine's ended mask and step counter row
@@ -39,14 +43,27 @@ def available_host_memory() -> int | None:
     return None
 
 
-def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str) -> int:
-    """An estimate of the bytes a native engine allocates for ``num_envs`` envs of ``spec``:
-    the buffers the spec declares, the action buffer and the engine's scratch."""
+def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str, *, copy: bool = True,
+                 same_step: bool = False) -> int:
+    """An estimate of the peak bytes a native env of ``num_envs`` envs of ``spec`` takes
+    through ``make``, ``reset`` and its steps: the buffers the spec declares (on numba, less
+    the final obs outside SAME_STEP: never written, so never resident), the action batch, the
+    engine's scratch and, with ``copy=True``, the outputs it hands out (obs, rewards, flags,
+    info columns), ``COPIES_HELD`` of each, and SAME_STEP's final obs. Checked against
+    measured resident memory, family by family (tests/test_memory.py)."""
     declared = sum(b.nbytes for b in spec.buffers(num_envs))
-    action = 8 * math.prod(spec.action_space.shape or ())
-    per_env = action + _ENGINE_SCRATCH
+    obs = _obs_bytes(spec)
+    if backend == "numba" and not same_step:
+        declared -= obs * num_envs
+    per_env = 8 * math.prod(spec.action_space.shape or ()) + _ENGINE_SCRATCH
     if backend == "torch":  # a step's temporaries (the family's arithmetic, gathers)
-        per_env += _state_bytes(spec) + _obs_bytes(spec) + 24
+        per_env += _state_bytes(spec) + obs + 24
+    if copy:
+        info = sum(b.nbytes for b in spec.buffers(1)
+                   if b.role == STATE and b.column in spec.info_columns)
+        per_env += COPIES_HELD * (obs + 4 + 1 + 1 + info) + (obs if same_step else 0)
+    if same_step:  # the ended envs' mask in ``info``
+        per_env += 1
     return declared + per_env * num_envs
 
 
@@ -71,9 +88,11 @@ def check_memory(needed: int, available: int | None, what: str, where: str,
 
 
 def check_native_memory(spec: NativeEnvSpec, num_envs: int, backend: str,
-                        options: dict[str, Any]) -> None:
-    """Refuse a native ``make`` whose buffers cannot fit in host (or device) memory."""
-    needed = native_bytes(spec, num_envs, backend)
+                        options: dict[str, Any], copy: bool = True,
+                        same_step: bool = False) -> None:
+    """Refuse a native ``make`` whose buffers and outputs cannot fit in host (or device)
+    memory."""
+    needed = native_bytes(spec, num_envs, backend, copy=copy, same_step=same_step)
     what = f"make({spec.id!r}, num_envs={num_envs}, backend={backend!r})"
     device = _device_memory(backend, options)
     if device is None:

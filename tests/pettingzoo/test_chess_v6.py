@@ -4,7 +4,9 @@ wrappers do with bad input and calls out of order."""
 
 from __future__ import annotations
 
+import copy
 import os
+import pickle
 import warnings
 
 import numpy as np
@@ -17,7 +19,10 @@ pytest.importorskip("pygame")
 with warnings.catch_warnings():
     warnings.simplefilter("ignore", DeprecationWarning)
     from pettingzoo.classic import chess_v6 as reference
-from pettingzoo.test import api_test
+from gymnasium.utils.env_checker import data_equivalence
+from pettingzoo.test import api_test, seed_test
+from pettingzoo.test.seed_test import seed_action_spaces, seed_observation_spaces
+from pettingzoo.utils import wrappers
 from pettingzoo.utils.env_logger import EnvLogger
 
 from envfleet.pettingzoo import chess_v6
@@ -254,3 +259,117 @@ def test_render_matches_pettingzoo(mode, monkeypatch):
         assert frame.shape == expected.shape and np.array_equal(frame, expected)
     mine.close()
     theirs.close()
+
+
+PICKLED_FORMS = {
+    "env": chess_v6.env,
+    "raw_env": chess_v6.raw_env,
+    "wrapped raw_env": lambda: wrappers.OrderEnforcingWrapper(
+        wrappers.AssertOutOfBoundsWrapper(chess_v6.raw_env())),
+    "rgb_array env": lambda: chess_v6.env(render_mode="rgb_array"),
+}
+
+
+@pytest.mark.parametrize("form", PICKLED_FORMS)
+def test_pettingzoo_pickle_test_passes(form, monkeypatch):
+    """PettingZoo's ``test/pickle_test.py`` (not in its wheel), run on each form: an env
+    pickled before reset plays the same game as the original, step by step."""
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    env1 = PICKLED_FORMS[form]()
+    env2 = pickle.loads(pickle.dumps(env1))
+    env1.reset(seed=42)
+    env2.reset(seed=42)
+    for env in (env1, env2):
+        seed_action_spaces(env)
+        seed_observation_spaces(env)
+    for plies, (agent1, agent2) in enumerate(
+            zip(env1.agent_iter(), env2.agent_iter(), strict=True)):
+        if plies > 10:
+            break
+        assert data_equivalence(agent1, agent2)
+        last1, last2 = env1.last(), env2.last()
+        assert data_equivalence(last1, last2), plies
+        mask = last1[0]["action_mask"]
+        action1 = env1.action_space(agent1).sample(mask=mask)
+        action2 = env2.action_space(agent2).sample(mask=mask)
+        assert data_equivalence(action1, action2)
+        env1.step(action1)
+        env2.step(action2)
+    env1.close()
+    env2.close()
+
+
+def assert_same_game(mine, theirs, where: str) -> None:
+    """Same position, history, moves, bookkeeping and views for both agents."""
+    assert mine.unwrapped.fen() == theirs.unwrapped.fen(), where
+    assert mine.unwrapped._moves == theirs.unwrapped._moves, where
+    assert np.array_equal(mine.unwrapped.board_history, theirs.unwrapped.board_history), where
+    same_bookkeeping(mine, theirs, where)
+    for agent in mine.possible_agents:
+        same_observation(mine.observe(agent), theirs.observe(agent), f"{where} {agent}")
+
+
+@pytest.mark.parametrize("form", ["env", "raw_env", "wrapped raw_env"])
+@pytest.mark.parametrize("round_trip", ["pickle", "deepcopy"])
+def test_a_pickled_game_goes_on_from_the_same_position(form, round_trip):
+    """Pickled mid-game (after a double push: en passant and the stacked history matter),
+    the copy is the same game, and both play on identically to the end."""
+    rng = np.random.default_rng(7)
+    env = PICKLED_FORMS[form]()
+    env.reset(seed=3)
+    for action in (2421, 2421):  # e2e4, e7e5
+        env.step(action)
+    for _ in range(25):
+        mask = env.observe(env.agent_selection)["action_mask"]
+        env.step(int(rng.choice(np.flatnonzero(mask))))
+    copied = (pickle.loads(pickle.dumps(env)) if round_trip == "pickle"
+              else copy.deepcopy(env))
+    assert copied.unwrapped._boards is not env.unwrapped._boards
+    assert_same_game(copied, env, "after the round trip")
+    for plies, agent in enumerate(env.agent_iter(max_iter=400), start=1):
+        assert copied.agent_selection == agent
+        last = env.last()
+        assert data_equivalence(copied.last(), last), plies
+        action = None if last[2] or last[3] else int(
+            rng.choice(np.flatnonzero(last[0]["action_mask"])))
+        env.step(action)
+        copied.step(action)
+        assert_same_game(copied, env, f"ply {plies} after the round trip")
+    env.reset()
+    copied.reset()
+    assert_same_game(copied, env, "reset")
+
+
+def test_a_pickled_env_keeps_its_place_in_the_call_order(monkeypatch):
+    """env() pickled before reset still refuses what OrderEnforcingWrapper refuses; pickled
+    after the game, it is over; pickled with a window, it renders the same frame."""
+    monkeypatch.setenv("SDL_VIDEODRIVER", "dummy")
+    fresh = pickle.loads(pickle.dumps(chess_v6.env()))
+    with pytest.raises(AttributeError, match="agents cannot be accessed before reset"):
+        fresh.agents  # noqa: B018
+    with pytest.raises(AssertionError, match="before step"):
+        fresh.step(0)
+    fresh.reset()
+    assert fresh.agents == ["player_0", "player_1"]
+
+    over = chess_v6.env()
+    over.reset()
+    over.step(0)  # illegal: the game ends
+    over.step(None)
+    copied = pickle.loads(pickle.dumps(over))
+    assert copied.terminations == over.terminations and copied.rewards == over.rewards
+    copied.step(None)
+    assert copied.agents == [] and over.agents != []
+
+    shown = chess_v6.env(render_mode="rgb_array")
+    shown.reset()
+    shown.step(2421)
+    frame = shown.render()
+    copied = pickle.loads(pickle.dumps(shown))
+    assert copied.screen is None and np.array_equal(copied.render(), frame)
+    shown.close()
+    copied.close()
+
+
+def test_seed_test_passes():
+    seed_test(chess_v6.env, num_cycles=50)

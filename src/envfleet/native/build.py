@@ -13,6 +13,7 @@ from __future__ import annotations
 import importlib
 import importlib.util
 import os
+import warnings
 from typing import Any
 
 from gymnasium.vector import AutoresetMode, VectorEnv
@@ -22,7 +23,13 @@ from envfleet.backends import NATIVE_BACKENDS, BackendUnavailableError, backend_
 from envfleet.contract import check_make_arguments
 from envfleet.memory import check_native_memory
 from envfleet.native.driver import MODE_CODES
-from envfleet.native.jit import KERNEL_RULES, KernelCompileError, _user_location
+from envfleet.native.jit import (
+    BOUNDSCHECK_VARIABLE,
+    KERNEL_RULES,
+    KernelCompileError,
+    _user_location,
+    bounds_checked,
+)
 from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, first_env_params
 from envfleet.native.vector_env import NativeVectorEnv
 
@@ -114,7 +121,12 @@ def build_native(spec: NativeEnvSpec, num_envs: int, backend: str, *,
     if max_episode_steps is None:
         max_episode_steps = (spec.default_max_steps(params) if spec.default_max_steps
                              else spec.max_episode_steps)
-    check_native_memory(spec, num_envs, backend, options)
+    check_native_memory(spec, num_envs, backend, options, copy=copy,
+                        same_step=mode is AutoresetMode.SAME_STEP)
+    if backend != "numba" and bounds_checked():
+        warnings.warn(f"{BOUNDSCHECK_VARIABLE}=1 checks the numba backend's kernels; the "
+                      f"{backend!r} backend runs {spec.id} unchecked: make it with "
+                      f"backend='numba' to find the env and the line", stacklevel=3)
     module, cls = NATIVE_BACKENDS[backend][0].split(":")
     engine_cls = getattr(importlib.import_module(module), cls)
     engine = engine_cls(spec, num_envs, MODE_CODES[mode], params, max_episode_steps, **options)

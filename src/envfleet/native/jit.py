@@ -16,6 +16,7 @@ do, and ``_user_location`` finds the user's line in numba's message (``native/bu
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import itertools
@@ -23,7 +24,7 @@ import linecache
 import os
 import re
 import sys
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from typing import Any, TypeVar
 
 import numpy as np
@@ -48,6 +49,57 @@ def is_kernel_function(fn: Any) -> bool:
 
 class KernelCompileError(TypeError):
     """numba could not compile a native env family's kernels (the cause is numba's message)."""
+
+
+class KernelIndexError(IndexError):
+    """A bounds-checked kernel (``ENVFLEET_BOUNDSCHECK=1``) indexed an array out of bounds:
+    the message names the family, the env and, when it can, the kernel's line."""
+
+
+#: the debug switch: the numba backend compiles every kernel with bounds checks
+BOUNDSCHECK_VARIABLE = "ENVFLEET_BOUNDSCHECK"
+
+
+def bounds_checked() -> bool:
+    """Whether ``ENVFLEET_BOUNDSCHECK`` asks for bounds-checked kernels (read at each ``make``)."""
+    return os.environ.get(BOUNDSCHECK_VARIABLE, "") not in ("", "0")
+
+
+@contextlib.contextmanager
+def numba_boundscheck() -> Iterator[None]:
+    """numba's process-wide bounds checks on while kernels compile: numba's ``boundscheck``
+    option checks only the decorated function's own body, not the kernel functions it calls."""
+    from numba.core import config
+
+    saved = config.BOUNDSCHECK
+    config.BOUNDSCHECK = 1
+    try:
+        yield
+    finally:
+        config.BOUNDSCHECK = saved
+
+
+def user_frame(error: BaseException) -> str | None:
+    """Where ``error`` was raised in kernel code (frames outside numba, NumPy and envfleet's
+    engines), as ``step_one > helper (file:line `code`)``: the calls, the innermost's line."""
+    frames = [(frame, line) for frame, line in traceback_frames(error)
+              if not any(part in frame.f_code.co_filename
+                         for part in (*_OURS, f"{os.sep}numpy{os.sep}"))]
+    if not frames:
+        return None
+    frame, line = frames[-1]
+    path = frame.f_code.co_filename
+    code = linecache.getline(path, line).split("#")[0].strip()
+    where = f"{os.path.basename(path)}:{line}" + (f" `{code}`" if code else "")
+    return f"{' > '.join(f.f_code.co_name for f, _ in frames)} ({where})"
+
+
+def traceback_frames(error: BaseException) -> Iterator[tuple[Any, int]]:
+    """(frame, line) of each level of ``error``'s traceback, outermost first."""
+    tb = error.__traceback__
+    while tb is not None:
+        yield tb.tb_frame, tb.tb_lineno
+        tb = tb.tb_next
 
 
 #: what kernel code may do, for the errors that point users at docs/NATIVE_ENVS.md

@@ -6,11 +6,13 @@ region costs a few microseconds of fork/join, more than stepping a small batch.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import statistics
 import sys
 import time
+import warnings
 from collections import deque
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +41,14 @@ from envfleet.native.driver import (
     refused_step_error,
     valid_actions,
 )
-from envfleet.native.jit import announce_compile, kernel_function
+from envfleet.native.jit import (
+    KernelIndexError,
+    announce_compile,
+    bounds_checked,
+    kernel_function,
+    numba_boundscheck,
+    user_frame,
+)
 from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 from envfleet.native.spec import NativeEnvSpec, first_env_params, split_params
 
@@ -76,6 +85,37 @@ _RANGE_JIT = {"error_model": "numpy", "nogil": True, "_nrt": False, "forceinline
 #: an env, against a second parallel region whose threads may have gone to sleep
 SERIAL_CHECK_ENVS = 2048
 _PARALLEL_JIT = {"parallel": True, "error_model": "numpy", "nogil": True, "forceinline": True}
+#: the loops' options under ``ENVFLEET_BOUNDSCHECK=1``; ``forceinline`` off also keeps every
+#: function they call compiled apart from the unchecked kernels' copy (numba reuses a callee's
+#: code for callers with the same options, and ``forceinline`` is passed down the calls)
+_CHECKED_JIT = {"boundscheck": True, "forceinline": False}
+
+
+#: the end of a ``KernelIndexError``'s message
+BOUNDS_HINT = ("ENVFLEET_BOUNDSCHECK=1 compiled the kernels with bounds checks (one thread, "
+               "slower: unset it once fixed); see docs/NATIVE_ENVS.md, \"Kernel rules\".")
+
+
+def _arrays(args: tuple) -> list[np.ndarray]:
+    """The NumPy arrays in a kernel's arguments, tuples (the state record) included."""
+    found = []
+    for a in args:
+        if isinstance(a, np.ndarray):
+            found.append(a)
+        elif isinstance(a, tuple):
+            found.extend(_arrays(a))
+    return found
+
+
+def _python(kernel: Any) -> Callable[..., Any]:
+    """A kernel's Python function (the kernel itself under ``NUMBA_DISABLE_JIT=1``)."""
+    return getattr(kernel, "py_func", kernel)
+
+
+def _restore(saved: list[tuple[np.ndarray, np.ndarray]]) -> None:
+    """Each array back to its saved copy."""
+    for array, copy in saved:
+        np.copyto(array, copy)
 
 
 def default_threads() -> int:
@@ -103,7 +143,7 @@ def info_copier(spec: NativeEnvSpec) -> Callable[..., None]:
 
 @functools.cache
 def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
-                    per_env: tuple[str, ...] = ()) -> tuple[Any, Any, Any]:
+                    per_env: tuple[str, ...] = (), checked: bool = False) -> tuple[Any, Any, Any]:
     """(serial step, parallel step, reset) kernels of ``spec`` for autoreset ``mode``.
 
     ``params`` is compiled in as a constant (one compile per distinct params record): flags
@@ -116,18 +156,23 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
     once the step is done with that env (``copy=True``'s ``info``: the copy runs on the step's
     threads, on rows the step just touched, instead of a serial copy pass after it).
     Each kernel is ``disk_cached``: a later process loads its machine code instead of compiling.
+    ``checked`` (``ENVFLEET_BOUNDSCHECK=1``): every array access is bounds-checked (an
+    ``IndexError`` instead of a write past a row); the kernels must compile, and run, inside
+    ``numba_boundscheck()``; the serial step's env loop is its ``range_loop`` attribute.
     """
     refuse, begin, advance, finish, drive_reset = make_driver(spec, mode, per_env, type(params))
     copy_rows = info_copier(spec)
+    range_jit = {**_RANGE_JIT, **_CHECKED_JIT} if checked else _RANGE_JIT
+    parallel_jit = {**_PARALLEL_JIT, **_CHECKED_JIT} if checked else _PARALLEL_JIT
 
-    @njit(**_RANGE_JIT)
+    @njit(**range_jit)
     def first_refused(start, stop, state, actions, bounds, pending):
         for i in range(start, stop):
             if refuse(i, state, params, actions, bounds, pending):
                 return i
         return -1
 
-    @njit(**_RANGE_JIT)
+    @njit(**range_jit)
     def step_range(start, stop, state, actions, rng, max_steps, pending, obs, rewards,
                    terminated, truncated, final_obs, info_out, copy_info):
         ended = 0
@@ -145,7 +190,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
                     copy_rows(i, state, info_out)
         return ended
 
-    @njit(**_RANGE_JIT)
+    @njit(**range_jit)
     def step_serial(chunks, n, state, actions, bounds, rng, max_steps, pending, obs,
                     rewards, terminated, truncated, final_obs, info_out, copy_info):
         bad = first_refused(0, n, state, actions, bounds, pending)
@@ -154,7 +199,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
         return step_range(0, n, state, actions, rng, max_steps, pending, obs, rewards,
                           terminated, truncated, final_obs, info_out, copy_info)
 
-    @njit(**_PARALLEL_JIT)
+    @njit(**parallel_jit)
     def step_parallel(chunks, n, state, actions, bounds, rng, max_steps, pending, obs,
                       rewards, terminated, truncated, final_obs, info_out, copy_info):
         size = (n + chunks - 1) // chunks
@@ -177,7 +222,7 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
                                 final_obs, info_out, copy_info)
         return ended
 
-    @njit(**_RANGE_JIT)
+    @njit(**range_jit)
     def reset(n, mask, new_seeds, reseed, state, rng, pending, obs):
         for i in range(n):
             drive_reset(i, mask, new_seeds, reseed, state, params, rng, pending, obs)
@@ -188,10 +233,13 @@ def compile_kernels(spec: NativeEnvSpec, mode: int, params: tuple,
         announce_compile(kernels, spec.id, "numba", spec.compile_seconds,
                          cached=is_disk_cached(reset))
 
-    disk_cached(first_refused)  # compiled only as part of the kernels below: not announced
-    disk_cached(step_range)
-    for kernel in kernels:  # one notice for the set: a big batch's first reset then step
-        disk_cached(kernel, on_compile=announce)  # compile the serial set and the parallel step
+    # (checked: numba's bounds-check switch is in the cache's key, never served unchecked)
+    with numba_boundscheck() if checked else contextlib.nullcontext():
+        disk_cached(first_refused)  # compiled only as part of the kernels below: not announced
+        disk_cached(step_range)
+        for kernel in kernels:  # one notice for the set: a big batch's first reset then step
+            disk_cached(kernel, on_compile=announce)  # the serial set and the parallel step
+    step_serial.range_loop = step_range
     return kernels
 
 
@@ -323,9 +371,13 @@ class NumbaEngine:
         self._spares = Spares()  # memory of large copy=True outputs (``copy``, fresh steps)
         self._no_seeds = np.zeros(num_envs, dtype=np.uint64)
         min_envs = spec.parallel_min_envs or PARALLEL_MIN_ENVS
-        self._parallel = num_threads > 1 and num_envs >= min_envs
+        #: ``ENVFLEET_BOUNDSCHECK=1``: bounds-checked kernels, on one thread (``_checked_call``)
+        self.checked = bounds_checked()
+        self._parallel = num_threads > 1 and num_envs >= min_envs and not self.checked
         # scalar params: the cache entry of compile_kernels(spec, mode, params), as before
-        self._kernels = (compile_kernels(spec, mode, constant, per_env) if per_env
+        self._kernels = (compile_kernels(spec, mode, constant, per_env, checked=True)
+                         if self.checked else
+                         compile_kernels(spec, mode, constant, per_env) if per_env
                          else compile_kernels(spec, mode, constant))
         step_serial, step_parallel, self._reset = self._kernels
         self._step = step_parallel if self._parallel else step_serial
@@ -390,8 +442,11 @@ class NumbaEngine:
         probe = NumbaEngine(self.spec, 1, self.mode, first_env_params(self.spec, self.params),
                             self.max_episode_steps, 1)
         probe._step, probe._reset = self._step, self._reset
-        probe.reset(None, np.zeros(1, np.uint64))
-        probe.step(valid_actions(self.spec.action_space, 1))
+        try:
+            probe.reset(None, np.zeros(1, np.uint64))
+            probe.step(valid_actions(self.spec.action_space, 1))
+        except KernelIndexError:  # the throwaway env's: this env's own calls report theirs
+            pass
 
     def _call(self, kernel: Any, *args: Any) -> Any:
         """Call a kernel; after its first call, through its compiled entry point.
@@ -399,6 +454,8 @@ class NumbaEngine:
         The dispatcher's type resolution costs ~2 us per call (most of a 1-env step); the
         engine always passes the same argument types, so it is resolved once.
         """
+        if self.checked:
+            return self._checked_call(kernel, args)
         entry = self._entry_points.get(kernel)
         if entry is not None:
             return entry(*args)
@@ -410,6 +467,62 @@ class NumbaEngine:
         if self._adapt and kernel in self._kernels[:2]:
             self._prepare_other(kernel, signature)
         return result
+
+    def _checked_call(self, kernel: Any, args: tuple) -> Any:
+        """A bounds-checked kernel's call. An ``IndexError`` (a read or write past an array's
+        end) undoes the call (every array it may write is restored: nothing moved), then names
+        the first env whose run fails (the kernel on a shorter batch, bisected) and, from env
+        i's run as plain Python, the kernel function and line: a ``KernelIndexError``."""
+        arrays = {id(a): a for a in _arrays(args) if a.flags.writeable}
+        saved = [(a, a.copy()) for a in arrays.values()]
+
+        reset = kernel is self._reset
+
+        def call(n: int) -> Any:  # the kernel on envs 0..n-1 (a step's n is its 2nd argument)
+            with numba_boundscheck():  # a first call compiles: checked, everything it calls
+                return kernel(n, *args[1:]) if reset else kernel(args[0], n, *args[2:])
+
+        try:
+            return call(self.num_envs)
+        except IndexError as error:
+            found = error
+        low, high = 0, self.num_envs - 1  # the first env whose run fails is in low..high
+        while low < high:
+            middle = (low + high) // 2
+            _restore(saved)
+            try:
+                call(middle + 1)
+                low = middle + 1
+            except IndexError:
+                high = middle
+        _restore(saved)
+        where = self._python_line(kernel, args, low)
+        _restore(saved)
+        raise KernelIndexError(
+            f"{self.spec.id}: env {low}'s {'reset' if reset else 'step'} indexed an array out "
+            f"of bounds{where}; no env moved (the call was undone). {BOUNDS_HINT}"
+        ) from found
+
+    def _python_line(self, kernel: Any, args: tuple, i: int) -> str:
+        """Where env i's call fails when run as plain Python (``py_func``: NumPy's own
+        bounds checks), as " in function (file:line `code`): NumPy's message", or a hint."""
+        if kernel is self._reset:
+            mask = np.zeros(self.num_envs, np.bool_)
+            mask[i] = args[1][i]
+            run = functools.partial(_python(kernel), self.num_envs, mask, *args[2:])
+        else:  # the serial step's env loop on env i alone: (state, actions, rng, ...)
+            run = functools.partial(_python(kernel.range_loop), i, i + 1, *args[2:4],
+                                    *args[5:])
+        try:
+            with np.errstate(all="ignore"), warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                run()
+        except IndexError as error:
+            where = user_frame(error)
+            return f" in {where}: {error}" if where else f": {error}"
+        except Exception:  # plain Python differs from numba here: no line
+            pass
+        return " (run it with NUMBA_DISABLE_JIT=1 to see the line)"
 
     def _prepare_other(self, kernel: Any, signature: tuple) -> None:
         """Load or compile the adaptive probe's other step kernel now, with the first step's

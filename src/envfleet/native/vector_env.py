@@ -9,10 +9,12 @@ buffers; by default the caller gets copies (as Gymnasium's ``SyncVectorEnv(copy=
 
 from __future__ import annotations
 
+import copy as copy_module
 from collections.abc import Callable, Sequence
 from typing import Any, Protocol
 
 import numpy as np
+from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -52,13 +54,40 @@ class Engine(Protocol):
 
 
 def native_seeds(seed: int | Sequence[int], num_envs: int) -> np.ndarray:
-    """``contract.env_seeds`` as the engines take them: one uint64 per env (no None)."""
+    """``contract.env_seeds`` as the engines take them: one uint64 per env (no None); an int
+    seed without a list of ``num_envs`` Python ints (~40 bytes an env)."""
+    if isinstance(seed, int | np.integer) and not isinstance(seed, bool):
+        return np.arange(num_envs, dtype=np.uint64) + np.uint64(check_seed(seed, count=num_envs))
     seeds = env_seeds(seed, num_envs)
     if None in seeds:
         i = seeds.index(None)
         raise ValueError(f"seed[{i}] is None: native envs need a seed for every env in a seed "
                          f"list (or seed=None for all)")
     return np.array(seeds, dtype=np.uint64)
+
+
+def batched_space(space: spaces.Space, num_envs: int) -> spaces.Space:
+    """Gymnasium's ``batch_space(space, num_envs)`` (equal to it) without its full-size arrays:
+    a Box's ``low``, ``high`` and bounded masks, a Discrete batch's ``nvec`` and ``start`` are
+    read-only views of the single space's, broadcast over the batch. ``batch_space`` holds four
+    arrays of the batch's observation shape (MinAtar: 1.6 KB an env, more than the engine's own
+    buffers) and builds them through as many temporaries."""
+    shape = (num_envs, *space.shape)
+    seed = copy_module.deepcopy(space.np_random)
+    if isinstance(space, spaces.Box):
+        batched = spaces.Box(low=space.low, high=space.high, dtype=space.dtype, seed=seed)
+        names: tuple[str, ...] = ("low", "high", "bounded_below", "bounded_above")
+    elif isinstance(space, spaces.Discrete):
+        batched = spaces.MultiDiscrete(np.full(1, space.n, space.dtype), dtype=space.dtype,
+                                       seed=seed, start=np.full(1, space.start, space.dtype))
+        names = ("nvec", "start")
+    else:
+        return batch_space(space, num_envs)
+    for name in names:  # (the Discrete batch's are built with one element: reshaped to ())
+        setattr(batched, name, np.broadcast_to(getattr(batched, name).reshape(space.shape),
+                                               shape))
+    batched._shape = shape
+    return batched
 
 
 class NativeVectorEnv(VectorContract):
@@ -106,8 +135,8 @@ class NativeVectorEnv(VectorContract):
             self.render_mode = "rgb_array"
         self.single_observation_space = spec.observation_space
         self.single_action_space = spec.action_space
-        self.observation_space = batch_space(spec.observation_space, num_envs)
-        self.action_space = batch_space(spec.action_space, num_envs)
+        self.observation_space = batched_space(spec.observation_space, num_envs)
+        self.action_space = batched_space(spec.action_space, num_envs)
         # Like gymnasium.Env: a fresh entropy seed when none is given; used by the first reset.
         self._initial_seed = (
             check_seed(seed, count=num_envs) if seed is not None

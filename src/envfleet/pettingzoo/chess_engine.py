@@ -214,6 +214,20 @@ class ChessBoards:
         self.nat_to_pz, self.pz_to_nat = label_tables()
         self._reset, self._step, self._observe = _kernels()
 
+    def __getstate__(self) -> dict[str, Any]:
+        """What pickle keeps: every board's state columns and chess_v6's own (the shared tables
+        and the compiled kernels are this process's, found again on load)."""
+        return {"n": self.n, "state": {name: getattr(self.state, name) for name in SPEC.state},
+                "hist": self.hist, "pzep": self.pzep, "mask": self.mask}
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        """The boards exactly as pickled (mid-game too)."""
+        self.__init__(saved["n"])
+        for name, values in saved["state"].items():
+            getattr(self.state, name)[...] = values
+        for name in ("hist", "pzep", "mask"):
+            getattr(self, name)[...] = saved[name]
+
     def reset(self, i: int) -> None:
         """Board i := the starting position."""
         self._reset(i, self.state, self.hist, self.pzep, self.mask, self.nat_to_pz)

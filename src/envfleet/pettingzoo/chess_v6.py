@@ -37,6 +37,8 @@ from envfleet.pettingzoo.chess_engine import OBS_PLANES, ChessBoards, label_tabl
 __all__ = ["CheckedEnv", "env", "raw_env"]
 
 _NUM_ACTIONS = 8 * 8 * 73
+#: what ``_load_images`` and ``_render_gui`` keep: pygame's, not pickled
+_PYGAME = frozenset({"screen", "clock", "bg_image", "piece_images"})
 _PIECE_NAMES = ("pawn", "knight", "bishop", "rook", "queen", "king")
 
 
@@ -86,6 +88,19 @@ class raw_env(AECEnv, EzPickle):
         self.screen_height = self.screen_width = screen_height
         self.screen: Any = None
         if render_mode in ("human", "rgb_array"):
+            self._load_images()
+
+    def __getstate__(self) -> dict[str, Any]:
+        """Everything but the pygame objects: a pickled env comes back in the same state, mid-game
+        too (EzPickle's default rebuilt a new env from the constructor's arguments)."""
+        return {name: value for name, value in self.__dict__.items() if name not in _PYGAME}
+
+    def __setstate__(self, saved: dict[str, Any]) -> None:
+        """The pickled state; the board images loaded again, a window opened at the next
+        render."""
+        self.__dict__.update(saved)
+        self.screen = None
+        if self.render_mode in ("human", "rgb_array"):
             self._load_images()
 
     # the AEC API --------------------------------------------------------------------------
