@@ -302,8 +302,7 @@ def _native_payload(native: NativeEnvs) -> tuple:
     """What an actor builds a native share from: the id, kwargs, episode limit and, for a
     family the user registered (``register_native_env``: only in the driver's registry), its
     spec itself, which travels with the actor's arguments, and its kernel functions' names."""
-    from envfleet.envs import FAMILIES
-    from envfleet.registry import NATIVE_ENVS
+    from envfleet.envs import FAMILIES, NATIVE_ENVS
 
     spec = None if native.env_id in FAMILIES else NATIVE_ENVS[native.env_id]
     kernels = set() if spec is None else kernel_names(spec)
