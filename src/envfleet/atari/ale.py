@@ -5,7 +5,7 @@ their own emulators do not scale), and ALE no longer has a C API (``ale_c``). It
 module does export the C++ methods of ``ale::ALEInterface`` (``nm -D``): we load them with
 ctypes, so that a numba ``prange`` loop (``nogil``) calls ``act``, ``lives``, ``game_over`` and
 ``getScreenGrayscale`` on each env's emulator directly. The ``this`` pointer of an
-``ALEInterface`` comes from its nanobind (ale-py >= 0.10) or pybind11 instance;
+``ALEInterface`` comes from its nanobind instance (ale-py 0.12; other bindings are refused);
 ``check_binding`` compares every entry point with the Python API on a live emulator before an
 engine uses them, and refuses (``AtariBindingError``) a build whose layout differs.
 """
@@ -82,10 +82,12 @@ def instance_pointer(ale: Any) -> int:
         if (flags >> 2) & 1:
             return base + offset
         return ctypes.c_void_p.from_address(base + offset).value or 0
-    if metatype == "pybind11_type":  # pybind11's simple layout: the value pointer first
-        return ctypes.c_void_p.from_address(base + 16).value or 0
-    raise AtariBindingError(f"ale-py's ALEInterface is a {metatype} object (expected nanobind "
-                            f"or pybind11): this ale-py build is not supported")
+    import ale_py
+
+    raise AtariBindingError(f"ale-py {ale_py.__version__}'s ALEInterface is a {metatype} "
+                            f"object, not nanobind's (ale-py 0.12): this build is not supported "
+                            f"by the Atari engine; pip install 'ale-py>=0.12', or run the raw "
+                            f"env on an executor (backend='pool')")
 
 
 class GrayscaleTarget:

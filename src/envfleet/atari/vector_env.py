@@ -34,7 +34,8 @@ _MODES = {AutoresetMode.NEXT_STEP: 0, AutoresetMode.SAME_STEP: 1, AutoresetMode.
 
 def is_atari_id(env_id: str) -> bool:
     """Whether ``env_id`` names an id the engine runs (``ALE/<Game>-v5``)."""
-    return env_id.startswith(ATARI_PREFIX) and env_id.endswith(ATARI_SUFFIX)
+    return (env_id.startswith(ATARI_PREFIX) and env_id.endswith(ATARI_SUFFIX)
+            and "-ram-" not in env_id)
 
 
 def installed_games() -> list[str]:
@@ -42,8 +43,8 @@ def installed_games() -> list[str]:
     import ale_py
 
     gymnasium.register_envs(ale_py)
-    return sorted(i for i in gymnasium.registry if is_atari_id(i)
-                  and "-ram" not in i and "game" in gymnasium.registry[i].kwargs)
+    return sorted(i for i in gymnasium.registry
+                  if is_atari_id(i) and "game" in gymnasium.registry[i].kwargs)
 
 
 def _game(env_id: str) -> tuple[str, dict[str, Any]]:

@@ -1,0 +1,58 @@
+"""``envfleet.make("ALE/<Game>-v5", n, seed=s)``: env i is bit for bit Gymnasium's
+``FrameStackObservation(AtariPreprocessing(gym.make(id, frameskip=1)))`` reset with ``s + i``
+(frames, rewards, terminated, truncated, lives), across autoresets, in every autoreset mode."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.atari.reference import lockstep
+
+
+def test_breakout_defaults_with_life_loss_next_step():
+    """Gymnasium's defaults (sticky actions 0.25, up to 30 no-ops, 84x84, stack 4) and
+    terminal_on_life_loss: random play loses lives often, so autoresets happen (NEXT_STEP)."""
+    ended = lockstep("ALE/Breakout-v5", 3, 120, terminal_on_life_loss=True)
+    assert ended >= 4
+
+
+def test_pong_without_sticky_actions_truncated_same_step():
+    """Sticky actions off, episodes truncated by ALE's frame limit; SAME_STEP's final_obs."""
+    ended = lockstep("ALE/Pong-v5", 2, 110, autoreset_mode="SameStep",
+                     repeat_action_probability=0.0, max_num_frames_per_episode=180)
+    assert ended >= 4
+
+
+def test_space_invaders_non_default_preprocessing_disabled():
+    """Another screen size (64: each frame resized on its own), frame skip, no-op range and
+    stack; the full action set; DISABLED mode's masked resets."""
+    ended = lockstep("ALE/SpaceInvaders-v5", 2, 100, autoreset_mode="Disabled",
+                     terminal_on_life_loss=True, screen_size=64, frame_skip=3, noop_max=5,
+                     stack_size=2, full_action_space=True, max_num_frames_per_episode=240)
+    assert ended >= 2
+
+
+@pytest.mark.parametrize("options", [{"frame_skip": 1, "noop_max": 0, "stack_size": 1},
+                                     {"screen_size": (80, 105), "frame_skip": 2}])
+def test_breakout_other_shapes(options):
+    """Frame skip 1 (no max-pool) without no-ops; a (width, height) screen."""
+    lockstep("ALE/Breakout-v5", 2, 60, terminal_on_life_loss=True, **options)
+
+
+@pytest.mark.parametrize(("height", "width"), [(84, 84), (105, 80), (42, 40), (64, 64)])
+def test_batched_resize_matches_each_frame(height, width):
+    """The one cv2.resize of every env's frame at once (where the engine uses it) gives each
+    frame's own cv2.resize(INTER_AREA), bit for bit."""
+    import cv2
+
+    from envfleet.atari.engine import batched_resize_is_exact
+
+    frames = np.random.default_rng(height).integers(0, 256, (5, 210, 160), dtype=np.uint8)
+    own = np.stack([cv2.resize(f, (width, height), interpolation=cv2.INTER_AREA)
+                    for f in frames])
+    batched = cv2.resize(frames.reshape(-1, 160), (width, 5 * height),
+                         interpolation=cv2.INTER_AREA).reshape(5, height, width)
+    assert batched_resize_is_exact(210, height) == (height != 64)
+    if batched_resize_is_exact(210, height):
+        np.testing.assert_array_equal(batched, own)
