@@ -21,8 +21,13 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.utils import seeding
 
-from envfleet.atari.ale import GrayscaleTarget, check_binding, instance_pointer
-from envfleet.atari.kernels import kernels
+from envfleet.atari.ale import (
+    GrayscaleTarget,
+    ale_functions,
+    check_binding,
+    instance_pointer,
+)
+from envfleet.atari.kernels import area_tables, compiled_resize_applies, kernels
 from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
 from envfleet.native.numba_backend import default_threads
 
@@ -97,11 +102,20 @@ class AtariEngine:
         self.screen = (out_w, out_h)
         self.resized = np.zeros((num_envs, out_h, out_w), np.uint8)
         self._batched = batched_resize_is_exact(height, out_h) and out_w <= width
+        #: OpenCV's area resize compiled into the step loop (``area_resize``), where it is
+        #: OpenCV's path and agrees with cv2 here; else cv2 resizes after the loop
+        self.tables = _resize_tables(height, width, out_h, out_w, self.cv2)
+        self.compiled_resize = self.tables[0].size > 0
+        self.scratch = np.zeros((num_envs, 2, out_w), np.float32)
+        #: the loops' views: one row per env
+        self._flat = (self.frames0.reshape(num_envs, -1), self.frames1.reshape(num_envs, -1))
+        self._flat_resized = self.resized.reshape(num_envs, -1)
         self.obs = np.zeros((num_envs, stack_size, out_h, out_w), np.uint8)
         self.rewards = np.zeros(num_envs, np.float64)
         self.terminated = np.zeros(num_envs, np.bool_)
         self.truncated = np.zeros(num_envs, np.bool_)
         self.final_obs = np.zeros_like(self.obs)
+        self._flat_obs = self.obs.reshape(num_envs, stack_size, -1)
         self.lives = np.zeros(num_envs, np.int32)
         #: NEXT_STEP: reset on the next step; DISABLED: must be reset before the next step
         self.pending = np.zeros(num_envs, np.bool_)
@@ -114,6 +128,7 @@ class AtariEngine:
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.noops = np.zeros(num_envs, np.int64)
         self._kernels = kernels()
+        self.entry_points = ale_functions()
 
     def _load(self, ale: Any, seed: int | None) -> np.random.Generator:
         """``AtariEnv.seed_game(seed)`` then ``load_game()``: the env's new ``np_random``."""
@@ -145,6 +160,9 @@ class AtariEngine:
         self.lives[i] = ale.lives()
         ale.getScreenGrayscale(self.frames0[i])
         self.frames1[i] = 0
+        if self.compiled_resize:
+            self._kernels.resize(self._flat[0][i], self.tables, self.scratch[i],
+                                 self._flat_resized[i])
 
     def reset(self, mask: np.ndarray | None, seeds: np.ndarray | None) -> None:
         """Reset the masked envs (all when None); ``seeds``: reseed them (one per env)."""
@@ -153,9 +171,7 @@ class AtariEngine:
             for i in np.flatnonzero(mask):
                 self._seeded_reset(int(i), int(seeds[i]))
         else:
-            numba.set_num_threads(self.num_threads)
-            self._kernels.reset(self.pointers, mask, self.noops, self.noop.value, self.lives,
-                                self.targets0, self._flat(self.frames1))
+            self._reset_unseeded(mask)
         self._next_noops(mask)
         self.pending[mask] = False
         self.needs_reset[mask] = False
@@ -182,10 +198,10 @@ class AtariEngine:
         actions = self.check_actions(actions)
         numba.set_num_threads(self.num_threads)
         ended = self._kernels.step(
-            self.pointers, self.codes, actions, self.pending, self.noops, self.noop.value,
-            self.frame_skip, self.life_loss, self.lives, self.targets0, self.targets1,
-            self._flat(self.frames0), self._flat(self.frames1), self.rewards, self.terminated,
-            self.truncated, self.was_reset)
+            self.entry_points, self.pointers, self.codes, actions, self.pending, self.noops,
+            self.noop.value, self.frame_skip, self.life_loss, self.lives, self.targets0,
+            self.targets1, *self._flat, self.rewards, self.terminated, self.truncated,
+            self.was_reset, self.tables, self.scratch, self._flat_resized)
         if self.was_reset.any():
             self._next_noops(self.was_reset)
         np.logical_not(self.was_reset, out=self._stepped)
@@ -196,26 +212,34 @@ class AtariEngine:
                 self.pending |= done
             elif self.mode == 1:  # SAME_STEP: the last obs kept, reset now
                 np.copyto(self.final_obs, self.obs, where=done[:, None, None, None])
-                numba.set_num_threads(self.num_threads)
-                self._kernels.reset(self.pointers, done, self.noops, self.noop.value,
-                                    self.lives, self.targets0, self._flat(self.frames1))
+                self._reset_unseeded(done)
                 self._next_noops(done)
                 self._observe(reset_rows=done, step_rows=self._none)
             else:
                 self.needs_reset |= done
         return int(ended)
 
+    def _reset_unseeded(self, mask: np.ndarray) -> None:
+        """Reset the masked envs without reseeding them, in the compiled loop."""
+        numba.set_num_threads(self.num_threads)
+        self._kernels.reset(self.entry_points, self.pointers, mask, self.noops, self.noop.value,
+                            self.lives, self.targets0, *self._flat, self.tables, self.scratch,
+                            self._flat_resized)
+
     def _next_noops(self, rows: np.ndarray) -> None:
         for i in np.flatnonzero(rows):
             self.noops[i] = self._draw_noops(int(i))
 
     def _observe(self, reset_rows: np.ndarray, step_rows: np.ndarray) -> None:
-        """Resize the (pooled) frames and update the stacks of ``reset_rows`` and
-        ``step_rows``. Rows in neither keep their stack (their resize is of unchanged frames)."""
+        """Resize the (pooled) frames (unless the loop did) and update the stacks of
+        ``reset_rows`` and ``step_rows``. Rows in neither keep their stack (a resize of their
+        unchanged frames gives the same frame)."""
         cv2 = self.cv2
         out_w, out_h = self.screen
         n, height, width = self.frames0.shape
-        if self._batched:
+        if self.compiled_resize:
+            pass
+        elif self._batched:
             cv2.resize(self.frames0.reshape(n * height, width), (out_w, n * out_h),
                        dst=self.resized.reshape(n * out_h, out_w),
                        interpolation=cv2.INTER_AREA)
@@ -223,12 +247,7 @@ class AtariEngine:
             for i in np.flatnonzero(reset_rows | step_rows):
                 cv2.resize(self.frames0[i], (out_w, out_h), dst=self.resized[i],
                            interpolation=cv2.INTER_AREA)
-        self._kernels.stack(self.obs.reshape(n, self.stack_size, out_h * out_w),
-                            self.resized.reshape(n, out_h * out_w), reset_rows, step_rows)
-
-    @staticmethod
-    def _flat(frames: np.ndarray) -> np.ndarray:
-        return frames.reshape(frames.shape[0], -1)
+        self._kernels.stack(self._flat_obs, self._flat_resized, reset_rows, step_rows)
 
     def ended_mask(self) -> np.ndarray:
         """Envs whose episode ended in the last step."""
@@ -243,3 +262,34 @@ class AtariEngine:
         """Release the emulators (the compiled loops hold no reference to them)."""
         self.ales.clear()
         self.pointers = np.zeros(0, np.int64)
+
+
+#: (x sources, x outputs, x weights, y sources, y outputs, y weights, (width, out width))
+ResizeTables = tuple[np.ndarray, ...]
+
+
+def _resize_tables(height: int, width: int, out_height: int, out_width: int,
+                   cv2: Any) -> ResizeTables:
+    """``area_resize``'s tables for frames of this size, if OpenCV takes its general area
+    path for them and ``area_resize`` agrees with this cv2 on sample frames (random, ramps,
+    flat); else empty tables (cv2 resizes)."""
+    empty = np.zeros(0, np.int64)
+    none = (empty, empty, np.zeros(0, np.float32), empty, empty, np.zeros(0, np.float32),
+            np.array([width, out_width], np.int64))
+    if not compiled_resize_applies(height, width, out_height, out_width):
+        return none
+    tables = (*area_tables(width, out_width), *area_tables(height, out_height),
+              np.array([width, out_width], np.int64))
+    rng = np.random.default_rng(0)
+    samples = [rng.integers(0, 256, (height, width), dtype=np.uint8) for _ in range(4)]
+    samples += [np.full((height, width), v, np.uint8) for v in (0, 1, 127, 255)]
+    ramp = np.add.outer(np.arange(height), np.arange(width)).astype(np.uint8)
+    samples += [ramp, 255 - ramp, (rng.random((height, width)) < 0.1).astype(np.uint8) * 255]
+    scratch = np.zeros((2, out_width), np.float32)
+    ours = np.zeros(out_height * out_width, np.uint8)
+    for frame in samples:
+        kernels().resize(frame.reshape(-1), tables, scratch, ours)
+        theirs = cv2.resize(frame, (out_width, out_height), interpolation=cv2.INTER_AREA)
+        if not np.array_equal(ours, theirs.reshape(-1)):
+            return none
+    return tables
