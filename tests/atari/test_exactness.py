@@ -70,7 +70,7 @@ def test_compiled_resize_matches_cv2(height, width):
     tables = _resize_tables(210, 160, height, width, cv2)
     assert tables[0].size  # the compiled path applies and agreed with cv2 on its samples
     rng = np.random.default_rng(height * width)
-    scratch = np.zeros((2, width), np.float32)
+    scratch = np.zeros((3, 160), np.float32)
     ours = np.zeros(height * width, np.uint8)
     for frame in rng.integers(0, 256, (20, 210, 160), dtype=np.uint8):
         frame[rng.random(frame.shape) < 0.5] = rng.integers(0, 256)  # flat areas too

@@ -27,7 +27,7 @@ from envfleet.atari.ale import (
     check_binding,
     instance_pointer,
 )
-from envfleet.atari.kernels import area_tables, compiled_resize_applies, kernels
+from envfleet.atari.kernels import compiled_resize_applies, kernels, resize_tables
 from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
 from envfleet.native.numba_backend import default_threads
 
@@ -106,7 +106,7 @@ class AtariEngine:
         #: OpenCV's path and agrees with cv2 here; else cv2 resizes after the loop
         self.tables = _resize_tables(height, width, out_h, out_w, self.cv2)
         self.compiled_resize = self.tables[0].size > 0
-        self.scratch = np.zeros((num_envs, 2, out_w), np.float32)
+        self.scratch = np.zeros((num_envs, 3, max(width, out_w)), np.float32)
         #: the loops' views: one row per env
         self._flat = (self.frames0.reshape(num_envs, -1), self.frames1.reshape(num_envs, -1))
         self._flat_resized = self.resized.reshape(num_envs, -1)
@@ -264,7 +264,7 @@ class AtariEngine:
         self.pointers = np.zeros(0, np.int64)
 
 
-#: (x sources, x outputs, x weights, y sources, y outputs, y weights, (width, out width))
+#: ``kernels.resize_tables``: (x sources, x weights, y sources, y outputs, y weights, sizes)
 ResizeTables = tuple[np.ndarray, ...]
 
 
@@ -274,18 +274,17 @@ def _resize_tables(height: int, width: int, out_height: int, out_width: int,
     path for them and ``area_resize`` agrees with this cv2 on sample frames (random, ramps,
     flat); else empty tables (cv2 resizes)."""
     empty = np.zeros(0, np.int64)
-    none = (empty, empty, np.zeros(0, np.float32), empty, empty, np.zeros(0, np.float32),
-            np.array([width, out_width], np.int64))
+    none = (empty, np.zeros(0, np.float32), empty, empty, np.zeros(0, np.float32),
+            np.array([width, out_width, 0], np.int64))
     if not compiled_resize_applies(height, width, out_height, out_width):
         return none
-    tables = (*area_tables(width, out_width), *area_tables(height, out_height),
-              np.array([width, out_width], np.int64))
+    tables = resize_tables(height, width, out_height, out_width)
     rng = np.random.default_rng(0)
     samples = [rng.integers(0, 256, (height, width), dtype=np.uint8) for _ in range(4)]
     samples += [np.full((height, width), v, np.uint8) for v in (0, 1, 127, 255)]
     ramp = np.add.outer(np.arange(height), np.arange(width)).astype(np.uint8)
     samples += [ramp, 255 - ramp, (rng.random((height, width)) < 0.1).astype(np.uint8) * 255]
-    scratch = np.zeros((2, out_width), np.float32)
+    scratch = np.zeros((3, max(width, out_width)), np.float32)
     ours = np.zeros(out_height * out_width, np.uint8)
     for frame in samples:
         kernels().resize(frame.reshape(-1), tables, scratch, ours)

@@ -197,21 +197,30 @@ def compiled_resize_applies(height: int, width: int, out_height: int, out_width:
 @numba.njit(nogil=True, error_model="numpy")
 def area_resize(source: Any, tables: Any, scratch: Any, out: Any) -> None:
     """OpenCV's ``resizeArea_<uchar, float>`` for one frame (flat ``source``, ``out``): each
-    source row's weighted sums across (float32, in OpenCV's order), added row by row into the
-    output row's sums, rounded half to even and saturated. ``tables``: (x sources, x outputs,
-    x weights, y sources, y outputs, y weights, source width); ``scratch``: (2, out width)."""
-    x_src, x_out, x_weight, y_src, y_out, y_weight, widths = tables
-    width, out_width = widths[0], widths[1]
-    row_sum, total = scratch[0], scratch[1]
+    source row's weighted sums across (float32, each output column's terms in OpenCV's
+    order), added row by row into the output row's sums, rounded half to even and saturated.
+    Each source row is summed across once (OpenCV sums a row shared by two output rows twice,
+    to the same values); ``tables``: ``resize_tables``; ``scratch``: (3, max(width, out
+    width)) float32."""
+    x_src, x_weight, y_src, y_out, y_weight, sizes = tables
+    width, out_width, terms = sizes[0], sizes[1], sizes[2]
+    row_sum, total, pixels = scratch[0], scratch[1], scratch[2]
     for d in range(out_width):
         total[d] = 0.0
-    previous = y_out[0]
+    previous, summed = y_out[0], -1
     for j in range(y_src.size):
-        beta, dy, start = y_weight[j], y_out[j], y_src[j] * width
-        for d in range(out_width):
-            row_sum[d] = 0.0
-        for k in range(x_src.size):
-            row_sum[x_out[k]] += np.float32(source[start + x_src[k]]) * x_weight[k]
+        beta, dy, sy = y_weight[j], y_out[j], y_src[j]
+        if sy != summed:  # the row's sums across (0 + the first term is the first term)
+            start = sy * width
+            for c in range(width):
+                pixels[c] = source[start + c]
+            for d in range(out_width):
+                row_sum[d] = pixels[x_src[d]] * x_weight[d]
+            for t in range(1, terms):  # term t of every column; padding adds +0: no change
+                for d in range(out_width):
+                    k = t * out_width + d
+                    row_sum[d] += pixels[x_src[k]] * x_weight[k]
+            summed = sy
         if dy != previous:
             _store(total, out, previous * out_width, out_width)
             for d in range(out_width):
@@ -221,6 +230,23 @@ def area_resize(source: Any, tables: Any, scratch: Any, out: Any) -> None:
             for d in range(out_width):
                 total[d] += beta * row_sum[d]
     _store(total, out, previous * out_width, out_width)
+
+
+def resize_tables(height: int, width: int, out_height: int,
+                  out_width: int) -> tuple[np.ndarray, ...]:
+    """``area_resize``'s tables: OpenCV's column terms as (most terms, out width) source
+    columns and weights (term t of every column, then t + 1), padded with weight 0; its row
+    terms (source row, output row, weight) in its order; (width, out width, most terms)."""
+    sources, outputs, weights = area_tables(width, out_width)
+    terms = int(np.bincount(outputs).max())
+    x_src = np.zeros((out_width, terms), np.int64)
+    x_weight = np.zeros((out_width, terms), np.float32)
+    for d in range(out_width):
+        mine = outputs == d
+        x_src[d, :mine.sum()] = sources[mine]
+        x_weight[d, :mine.sum()] = weights[mine]
+    return (x_src.T.reshape(-1), x_weight.T.reshape(-1), *area_tables(height, out_height),
+            np.array([width, out_width, terms], np.int64))
 
 
 @numba.njit(nogil=True, error_model="numpy")
