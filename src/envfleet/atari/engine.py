@@ -197,11 +197,14 @@ class AtariEngine:
         ended."""
         actions = self.check_actions(actions)
         numba.set_num_threads(self.num_threads)
-        ended = self._kernels.step(
-            self.entry_points, self.pointers, self.codes, actions, self.pending, self.noops,
-            self.noop.value, self.frame_skip, self.life_loss, self.lives, self.targets0,
-            self.targets1, *self._flat, self.rewards, self.terminated, self.truncated,
-            self.was_reset, self.tables, self.scratch, self._flat_resized)
+        # envs handed out one at a time (dynamically): a thread the OS deschedules holds up
+        # one env, not a static half of the batch
+        with numba.parallel_chunksize(1):
+            ended = self._kernels.step(
+                self.entry_points, self.pointers, self.codes, actions, self.pending,
+                self.noops, self.noop.value, self.frame_skip, self.life_loss, self.lives,
+                self.targets0, self.targets1, *self._flat, self.rewards, self.terminated,
+                self.truncated, self.was_reset, self.tables, self.scratch, self._flat_resized)
         if self.was_reset.any():
             self._next_noops(self.was_reset)
         np.logical_not(self.was_reset, out=self._stepped)
