@@ -139,3 +139,25 @@ def test_closed_env_refuses_calls():
     env.close()  # idempotent
     with pytest.raises(RuntimeError, match="closed"):
         env.step(np.array([0]))
+
+
+def test_disabled_mode_refuses_an_ended_env_until_it_is_reset():
+    env = envfleet.make("ALE/Pong-v5", 2, seed=0, autoreset_mode="Disabled",
+                        max_num_frames_per_episode=60)
+    try:
+        env.reset()
+        for _ in range(20):  # truncated within 15 steps (60 frames, less the no-ops)
+            *_, truncated, _ = env.step(np.array([0, 1]))
+            if truncated.any():
+                break
+        ended = int(np.flatnonzero(truncated)[0])
+        before = _state(env)
+        with pytest.raises(ValueError, match=f"env {ended} has finished its episode and "
+                                             f"autoreset_mode is DISABLED"):
+            env.step(np.array([0, 0]))
+        for a, b in zip(before, _state(env), strict=True):
+            np.testing.assert_array_equal(a, b)
+        env.reset(options={"reset_mask": np.array([True, True])})
+        env.step(np.array([0, 0]))
+    finally:
+        env.close()

@@ -17,6 +17,13 @@ def test_breakout_defaults_with_life_loss_next_step():
     assert ended >= 4
 
 
+def test_breakout_defaults_to_game_over():
+    """Every default (no life-loss termination): random play ends a game (all lives lost)
+    within the run, and the next episode starts from the autoreset."""
+    ended = lockstep("ALE/Breakout-v5", 2, 150)
+    assert ended >= 1
+
+
 def test_pong_without_sticky_actions_truncated_same_step():
     """Sticky actions off, episodes truncated by ALE's frame limit; SAME_STEP's final_obs."""
     ended = lockstep("ALE/Pong-v5", 2, 110, autoreset_mode="SameStep",
