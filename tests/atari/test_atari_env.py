@@ -161,3 +161,22 @@ def test_disabled_mode_refuses_an_ended_env_until_it_is_reset():
         env.step(np.array([0, 0]))
     finally:
         env.close()
+
+
+def test_thread_counts_give_the_same_trajectories():
+    """Envs are independent emulators: the step loop's threads change nothing."""
+    import numba
+
+    threads = min(2, numba.config.NUMBA_NUM_THREADS)
+    envs = [envfleet.make("ALE/Breakout-v5", 3, seed=9, num_threads=t,
+                          terminal_on_life_loss=True) for t in (1, threads)]
+    try:
+        for env in envs:
+            env.reset()
+        for a in np.random.default_rng(1).integers(4, size=(40, 3)):
+            one, other = (env.step(a) for env in envs)
+            for x, y in zip(one[:4], other[:4], strict=True):
+                np.testing.assert_array_equal(x, y)
+    finally:
+        for env in envs:
+            env.close()
