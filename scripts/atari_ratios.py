@@ -5,7 +5,10 @@ Breakout, standard preprocessing where the path has it: envfleet's Atari engine,
 ``SyncVectorEnv`` (1 thread) / ``AsyncVectorEnv`` (2 workers); and two floors: ale-py's
 ``ALEInterface`` driven from Python (4 x ``act`` + one grayscale read per agent step) and the
 same calls from a compiled loop (numba, ALE's C++ entry points: the emulator's own cost).
-Each round runs every contender for ``--seconds`` in turn; the median over rounds is printed.
+Each round runs every contender for ``--seconds`` in turn; the median over rounds is printed,
+with the CPU time per env-step of all the process's threads (on a loaded machine, the steadier
+figure: wall-clock shares there follow the scheduler, e.g. numba's ``omp`` threading layer
+spinning at its barriers; compare ``NUMBA_THREADING_LAYER=workqueue``).
 
     .venv/bin/python scripts/atari_ratios.py --num-envs 16 --threads 1,2 --rounds 5
 """
@@ -134,7 +137,7 @@ def ale_compiled(n: int, threads: int) -> Callable[[], None]:
     codes = np.array([a.value for a in ales[0].getMinimalActionSet()], np.int32)
 
     @numba.njit(nogil=True, parallel=True)
-    def loop(pointers, targets, codes, k):  # noqa: ANN001, ANN202
+    def loop(pointers: np.ndarray, targets: np.ndarray, codes: np.ndarray, k: int) -> None:
         for i in numba.prange(pointers.size):
             for _ in range(4):
                 act(pointers[i], codes[k % codes.size], np.float32(1.0))
@@ -190,7 +193,11 @@ def main() -> None:
                 cpu[name].append((time.process_time() - cpu0) / (count * n) * 1e6)
         base = statistics.median(rates["envfleet"]) if "envfleet" in rates else None
         base_cpu = statistics.median(cpu["envfleet"]) if "envfleet" in cpu else None
-        print(f"threads={threads}, num_envs={n} (medians of {args.rounds} rounds): steps/s, "
+        import numba
+
+        layer = numba.threading_layer() if "envfleet" in steppers else "?"
+        print(f"threads={threads}, num_envs={n}, numba layer {layer} (medians of "
+              f"{args.rounds} rounds): steps/s, "
               f"envfleet's steps/s / its; CPU us per env-step (all threads), its / envfleet's")
         for name, values in rates.items():
             median, work = statistics.median(values), statistics.median(cpu[name])
