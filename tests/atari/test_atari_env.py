@@ -180,3 +180,24 @@ def test_thread_counts_give_the_same_trajectories():
     finally:
         for env in envs:
             env.close()
+
+
+@pytest.mark.parametrize(("blocked", "words"), [
+    ("ale_py", "ALE/Breakout-v5 needs ale-py"),
+    ("cv2", "pip install opencv-python-headless"),
+])
+def test_a_missing_package_is_named(blocked, words):
+    """Without ale-py (the ROMs) or OpenCV (the resize's reference), make says what to
+    install."""
+    import subprocess
+    import sys
+
+    code = (f"import sys; sys.modules[{blocked!r}] = None\n"
+            "import envfleet\n"
+            "try:\n"
+            "    envfleet.make('ALE/Breakout-v5', 1)\n"
+            "except ImportError as error:\n"
+            "    print(error)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert words in proc.stdout, proc.stdout + proc.stderr
