@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tests.atari.reference import lockstep
+from tests.atari.reference import lockstep, reference
 
 
 def test_breakout_defaults_with_life_loss_next_step():
@@ -45,6 +45,21 @@ def test_space_invaders_non_default_preprocessing_disabled():
 def test_breakout_other_shapes(options):
     """Frame skip 1 (no max-pool) without no-ops; a (width, height) screen."""
     lockstep("ALE/Breakout-v5", 2, 60, terminal_on_life_loss=True, **options)
+
+
+@pytest.mark.parametrize(("env_id", "options"), [
+    ("ALE/AirRaid-v5", {}),  # a 250-row screen; its episodes start 8 frames in
+    ("ALE/Backgammon-v5", {"noop_max": 0}),  # action 0 is FIRE: no no-op starts
+])
+def test_other_screens_and_action_sets(env_id, options):
+    lockstep(env_id, 2, 40, max_num_frames_per_episode=120, **options)
+
+
+def test_games_without_noop_refuse_noop_starts_as_gymnasium_does():
+    with pytest.raises(ValueError, match="the first action meaning must be 'NOOP'"):
+        reference("ALE/Backgammon-v5")
+    with pytest.raises(ValueError, match="noop_max > 0 needs NOOP as action 0"):
+        lockstep("ALE/Backgammon-v5", 1, 1)
 
 
 @pytest.mark.parametrize(("height", "width"), [(84, 84), (105, 80), (42, 40), (64, 64)])

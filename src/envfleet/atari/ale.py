@@ -124,12 +124,14 @@ def check_binding(ale: Any, pointer: int, action: Any) -> None:
     target = GrayscaleTarget(ours)
     theirs = np.empty((height, width), np.uint8)
     ale.reset_game()
+    start = ale.getEpisodeFrameNumber()  # not 0 in every game: its start-up frames count
     for step in range(3):
         reward = f.act(pointer, int(action), 1.0)
         f.grayscale(pointer, target.address(0))
         ale.getScreenGrayscale(theirs)
         same = (f.lives(pointer) == ale.lives()
-                and f.episode_frame_number(pointer) == ale.getEpisodeFrameNumber() == step + 1
+                and f.episode_frame_number(pointer) == ale.getEpisodeFrameNumber()
+                == start + step + 1
                 and f.game_over(pointer, False) == ale.game_over(with_truncation=False)
                 and f.game_truncated(pointer) == ale.game_truncated()
                 and isinstance(reward, int) and np.array_equal(ours[0], theirs))
