@@ -50,9 +50,11 @@ def test_breakout_other_shapes(options):
 @pytest.mark.parametrize(("env_id", "options"), [
     ("ALE/AirRaid-v5", {}),  # a 250-row screen; its episodes start 8 frames in
     ("ALE/Backgammon-v5", {"noop_max": 0}),  # action 0 is FIRE: no no-op starts
+    # 134 start-up frames: with a 100-frame limit, every episode starts truncated
+    ("ALE/NameThisGame-v5", {"max_num_frames_per_episode": 100}),
 ])
 def test_other_screens_and_action_sets(env_id, options):
-    lockstep(env_id, 2, 40, max_num_frames_per_episode=120, **options)
+    lockstep(env_id, 2, 40, **{"max_num_frames_per_episode": 120, **options})
 
 
 def test_games_without_noop_refuse_noop_starts_as_gymnasium_does():
@@ -99,3 +101,18 @@ def test_compiled_resize_matches_cv2(height, width):
         kernels().resize(frame.reshape(-1), tables, scratch, ours)
         theirs = cv2.resize(frame, (width, height), interpolation=cv2.INTER_AREA)
         np.testing.assert_array_equal(ours.reshape(height, width), theirs)
+
+
+@pytest.mark.slow
+def test_every_installed_game():
+    """Every ALE/<Game>-v5 ale-py installs, briefly (one env, episodes cut at 80 frames so
+    that autoresets happen; 80 frames: some games start truncated); the games whose action
+    0 is not NOOP without no-op starts (~1.5 min on 2 busy cores)."""
+    from envfleet.atari import installed_games
+
+    games = installed_games()
+    assert len(games) >= 100
+    for env_id in games:
+        noops = {"noop_max": 0} if env_id in ("ALE/Backgammon-v5",
+                                              "ALE/VideoCheckers-v5") else {}
+        lockstep(env_id, 1, 30, max_num_frames_per_episode=80, **noops)
