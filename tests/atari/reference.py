@@ -68,6 +68,8 @@ def lockstep(env_id: str, num_envs: int, steps: int, *, seed: int = 7,
                 elif te or tr:
                     pending[i] = autoreset_mode == "NextStep"
                     done[i] = True
+                elif autoreset_mode == "SameStep" and "final_obs" in info:
+                    assert not info["_final_obs"][i] and not info["final_obs"][i].any(), where
                 np.testing.assert_array_equal(obs[i], expected, err_msg=where)
                 assert info["lives"][i] == ref.unwrapped.ale.lives(), where
                 ended += bool(te or tr)

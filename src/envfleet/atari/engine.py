@@ -213,7 +213,8 @@ class AtariEngine:
             done = self.ended_mask()
             if self.mode == 0:  # NEXT_STEP
                 self.pending |= done
-            elif self.mode == 1:  # SAME_STEP: the last obs kept, reset now
+            elif self.mode == 1:  # SAME_STEP: the last obs kept (other rows zero), reset now
+                self.final_obs.fill(0)
                 np.copyto(self.final_obs, self.obs, where=done[:, None, None, None])
                 self._reset_unseeded(done)
                 self._next_noops(done)
