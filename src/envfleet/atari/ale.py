@@ -76,9 +76,12 @@ def instance_pointer(ale: Any) -> int:
     every use of the pointer)."""
     metatype = type(type(ale)).__name__
     base = id(ale)
-    if metatype == "nb_type":  # nanobind: int32 offset, then flags (bit 2: stored inline)
-        offset = ctypes.c_int32.from_address(base + 16).value
+    if metatype == "nb_type":  # nb_inst: int32 offset, then bit fields (state: bits 0-1,
+        offset = ctypes.c_int32.from_address(base + 16).value  # 2 = ready; bit 2: inline)
         flags = ctypes.c_uint32.from_address(base + 20).value
+        if flags & 3 != 2:
+            raise AtariBindingError(f"ale-py's ALEInterface object is not ready (nanobind "
+                                    f"state {flags & 3})")
         if (flags >> 2) & 1:
             return base + offset
         return ctypes.c_void_p.from_address(base + offset).value or 0
