@@ -23,7 +23,7 @@ from collections.abc import Callable
 import numpy as np
 
 
-def ours(n: int, threads: int) -> Callable[[], None]:
+def ours(n: int, threads: int | None) -> Callable[[], None]:
     import envfleet
 
     env = envfleet.make("ALE/Breakout-v5", n, seed=0, num_threads=threads, copy=False)
@@ -155,9 +155,14 @@ def ale_compiled(n: int, threads: int) -> Callable[[], None]:
     return step
 
 
-CONTENDERS = {"envfleet": ours, "envpool": envpool_, "ale-py vector": ale_vector,
-              "ALE compiled loop": ale_compiled, "ALE from Python": ale_python,
-              "gymnasium stack": gymnasium_stack}
+def ours_adaptive(n: int, threads: int) -> Callable[[], None]:
+    """envfleet with its default threads (every usable core, or one when that is faster)."""
+    return ours(n, None)
+
+
+CONTENDERS = {"envfleet": ours, "envfleet default": ours_adaptive, "envpool": envpool_,
+              "ale-py vector": ale_vector, "ALE compiled loop": ale_compiled,
+              "ALE from Python": ale_python, "gymnasium stack": gymnasium_stack}
 SINGLE_THREAD_ONLY = {"ALE from Python"}
 
 
@@ -174,7 +179,8 @@ def main() -> None:
     for threads in map(int, args.threads.split(",")):
         steppers = {}
         for name in names:
-            if threads > 1 and name in SINGLE_THREAD_ONLY:
+            if ((threads > 1 and name in SINGLE_THREAD_ONLY)
+                    or (threads == 1 and name == "envfleet default")):  # (default: all cores)
                 continue
             try:
                 steppers[name] = CONTENDERS[name](n, threads)

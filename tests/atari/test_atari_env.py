@@ -201,3 +201,32 @@ def test_a_missing_package_is_named(blocked, words):
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120)
     assert words in proc.stdout, proc.stdout + proc.stderr
+
+
+def test_default_threads_move_to_one_thread_when_it_is_faster():
+    """Default threads adapt (as the numba engine's): recent one-thread steps clearly faster
+    than threaded ones make the next probe switch to one thread; explicit threads stay."""
+    import numba
+
+    from envfleet.native.numba_backend import PROBE_EVERY
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 numba threads")
+    env = envfleet.make("ALE/Pong-v5", 2, seed=0, num_threads=None)
+    fixed = envfleet.make("ALE/Pong-v5", 2, seed=0, num_threads=2)
+    try:
+        env.reset()
+        fixed.reset()
+        engine = env.engine
+        assert engine.adaptive and not fixed.engine.adaptive
+        engine._times[1].extend([1e-6] * 3)  # as if one thread had been much faster
+        engine._times[engine.num_threads].extend([1.0] * 3)  # (real steps push these out)
+        for _ in range(PROBE_EVERY):
+            env.step(np.array([0, 1]))
+            fixed.step(np.array([0, 1]))
+        assert engine.active_threads == 1
+        assert fixed.engine.active_threads == 2
+        np.testing.assert_array_equal(env.engine.obs, fixed.engine.obs)
+    finally:
+        env.close()
+        fixed.close()
