@@ -23,6 +23,7 @@ import gymnasium
 import numpy as np
 from gymnasium.vector import AutoresetMode, VectorEnv
 
+from envfleet.atari import is_atari_id, make_atari
 from envfleet.backends import (
     ALL_BACKENDS,
     EXECUTOR_BACKENDS,
@@ -224,7 +225,9 @@ def make(
     factories. Native ids (``list_envs()``) run on the native backends (``numba``, ``cuda``,
     ``torch``); any Gymnasium id, and any factory, runs on an executor (``serial``,
     ``subprocess``, ``pool``). ``backend="auto"`` picks ``numba`` for native ids, ``pool``
-    otherwise.
+    otherwise; for ``ALE/<Game>-v5`` it picks the Atari engine (``envfleet.atari``: the
+    standard preprocessing, bit for bit Gymnasium's ``AtariPreprocessing`` +
+    ``FrameStackObservation``), while the executors keep running the raw env.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
@@ -241,6 +244,9 @@ def make(
     """
     if isinstance(env, str):
         native = _native_name(env)
+        if backend == "auto" and native is None and is_atari_id(env):  # the Atari engine
+            return make_atari(env, num_envs, autoreset_mode=autoreset_mode, seed=seed,
+                              copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
         if backend == "auto":
             backend = "numba" if native else "pool"
     elif callable(env) or (isinstance(env, Sequence) and env and all(map(callable, env))):
