@@ -1,0 +1,401 @@
+"""``MujocoVectorEnv``: Gymnasium's MuJoCo v5 locomotion envs batched (one ``MjModel``, one
+``MjData`` per env, ``kernels`` stepping them off the GIL), and ``make_mujoco``, what
+``envfleet.make("HalfCheetah-v5", n)`` builds.
+
+Env i is, bit for bit, ``gymnasium.make(id, **kwargs)`` reset with ``seed + i``: the same
+model file, the same reset noise drawn from the same ``np_random`` stream in the same order,
+the same MuJoCo calls (``mj_step`` x ``frame_skip``, ``mj_rnePostConstraint``) and the same
+arithmetic for observations, rewards, termination, truncation (``TimeLimit``) and info
+entries. Python runs per env only at resets (the noise draws, ``mj_forward``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numba
+import numpy as np
+from gymnasium import spaces
+from gymnasium.utils import seeding
+from gymnasium.vector import AutoresetMode
+from gymnasium.vector.utils import batch_space
+
+from envfleet.contract import (
+    VectorContract,
+    check_make_arguments,
+    check_seed,
+    dtype_kind,
+    env_seeds,
+    needs_reset_error,
+)
+from envfleet.mujoco import kernels as k
+from envfleet.native.numba_backend import default_threads
+from envfleet.native.rollout import Rollout, rollout
+
+
+@dataclass(frozen=True)
+class Family:
+    """A v5 env the engine runs: its defaults (Gymnasium's ``__init__``), its health check
+    (``kernels.HEALTH_*``), its qvel clip and reset noise (``"normal"``: qvel noise is
+    ``scale * standard_normal``, else ``uniform(-scale, scale)``)."""
+
+    defaults: dict[str, Any]
+    health: int
+    clip: float
+    qvel_noise: str
+    info: tuple[str, ...]
+
+
+_LOCOMOTION_INFO = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
+_HEALTHY_INFO = (*_LOCOMOTION_INFO, "reward_survive", "z_distance_from_origin")
+_COMMON = {"forward_reward_weight": 1.0, "exclude_current_positions_from_observation": True}
+
+#: id -> family; the defaults are those of Gymnasium's ``<Family>Env.__init__`` (v5)
+FAMILIES: dict[str, Family] = {
+    "HalfCheetah-v5": Family(
+        {**_COMMON, "xml_file": "half_cheetah.xml", "frame_skip": 5, "ctrl_cost_weight": 0.1,
+         "reset_noise_scale": 0.1}, k.HEALTH_NONE, np.inf, "normal", _LOCOMOTION_INFO),
+    "Hopper-v5": Family(
+        {**_COMMON, "xml_file": "hopper.xml", "frame_skip": 4, "ctrl_cost_weight": 1e-3,
+         "healthy_reward": 1.0, "terminate_when_unhealthy": True,
+         "healthy_state_range": (-100.0, 100.0), "healthy_z_range": (0.7, float("inf")),
+         "healthy_angle_range": (-0.2, 0.2), "reset_noise_scale": 5e-3},
+        k.HEALTH_HOPPER, 10.0, "uniform", _HEALTHY_INFO),
+    "Walker2d-v5": Family(
+        {**_COMMON, "xml_file": "walker2d_v5.xml", "frame_skip": 4, "ctrl_cost_weight": 1e-3,
+         "healthy_reward": 1.0, "terminate_when_unhealthy": True,
+         "healthy_z_range": (0.8, 2.0), "healthy_angle_range": (-1.0, 1.0),
+         "reset_noise_scale": 5e-3}, k.HEALTH_WALKER, 10.0, "uniform", _HEALTHY_INFO),
+}
+
+_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
+
+
+def is_mujoco_id(env_id: str) -> bool:
+    """Whether the engine runs ``env_id`` (the v5 ids of ``FAMILIES``)."""
+    return env_id in FAMILIES
+
+
+def _load_model(xml_file: str) -> Any:
+    """``MujocoEnv``'s model: the file Gymnasium's ``expand_model_path`` names, parsed; a bad
+    file is a ``ValueError`` naming it with the parser's message."""
+    import mujoco
+    from gymnasium.envs.mujoco.mujoco_env import expand_model_path
+
+    try:
+        path = expand_model_path(xml_file)
+    except OSError as error:
+        raise ValueError(f"xml_file {xml_file!r}: {error}") from None
+    try:
+        return mujoco.MjModel.from_xml_path(path)
+    except ValueError as error:
+        raise ValueError(f"xml_file {path!r} could not be loaded: {error}") from None
+
+
+def make_mujoco(env_id: str, num_envs: int, *,
+                autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
+                seed: int | None = None, copy: bool = True,
+                max_episode_steps: int | None = None, num_threads: int | None = None,
+                **options: Any) -> MujocoVectorEnv:
+    """``num_envs`` envs of the v5 id ``env_id`` with Gymnasium's keyword arguments
+    (``FAMILIES[env_id].defaults``); see ``MujocoVectorEnv``."""
+    mode = check_make_arguments(num_envs, autoreset_mode, seed, None)
+    family = FAMILIES[env_id]
+    unknown = sorted(set(options) - set(family.defaults))
+    if unknown:
+        raise TypeError(f"{env_id}: unknown options {unknown}; it takes "
+                        f"{', '.join(family.defaults)}, max_episode_steps, num_threads")
+    settings = {**family.defaults, **options}
+    if max_episode_steps is None:
+        max_episode_steps = 1000  # the ids' registration
+    if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or (
+            max_episode_steps < 1):
+        raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
+    frame_skip = settings["frame_skip"]
+    if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
+        raise ValueError(f"frame_skip must be an int >= 1, got {frame_skip!r}")
+    if num_threads is not None:
+        top = numba.config.NUMBA_NUM_THREADS
+        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not (
+                1 <= num_threads <= top):
+            raise ValueError(f"num_threads must be an int in 1..{top} (NUMBA_NUM_THREADS), "
+                             f"got {num_threads!r}")
+    return MujocoVectorEnv(env_id, num_envs, family, settings, autoreset_mode=mode, seed=seed,
+                           copy=copy, max_episode_steps=max_episode_steps,
+                           num_threads=num_threads)
+
+
+class MujocoVectorEnv(VectorContract):
+    """A batch of one v5 MuJoCo env: env i is bit for bit ``gymnasium.make(env_id,
+    **settings)`` reset with ``seed + i`` (observations, rewards, terminated, truncated and
+    the info entries, across autoresets). Reset and step rules are the contract's."""
+
+    def __init__(self, env_id: str, num_envs: int, family: Family, settings: dict[str, Any],
+                 *, autoreset_mode: AutoresetMode, seed: int | None, copy: bool,
+                 max_episode_steps: int, num_threads: int | None) -> None:
+        import mujoco
+
+        self.env_id, self.num_envs, self.family = env_id, num_envs, family
+        self.settings, self.max_episode_steps = settings, max_episode_steps
+        self.autoreset_mode, self.copy, self.backend = autoreset_mode, copy, "mujoco"
+        self.num_threads = default_threads() if num_threads is None else num_threads
+        self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
+        self.render_mode = None
+        self.mujoco = mujoco
+        self.model = _load_model(settings["xml_file"])
+        self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
+        m = self.model
+        self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
+        self.init_qpos = self.datas[0].qpos.ravel().copy()
+        self.init_qvel = self.datas[0].qvel.ravel().copy()
+        self.frame_skip = settings["frame_skip"]
+        self.dt = m.opt.timestep * self.frame_skip
+        self.skip = 1 if settings["exclude_current_positions_from_observation"] else 0
+        bounds = m.actuator_ctrlrange.copy().astype(np.float32)
+        self.single_action_space = spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
+        obs_size = self.nq + self.nv - self.skip
+        self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
+        self.observation_space = batch_space(self.single_observation_space, num_envs)
+        self.action_space = batch_space(self.single_action_space, num_envs)
+        self._params = self._make_params()
+        self._ctrl_weight = float(settings["ctrl_cost_weight"])
+        self._functions = k.mujoco_functions()
+        self._step = k.planar_step()
+        self._datas = np.array([d._address for d in self.datas], dtype=np.int64)
+        self._qpos = k.addresses([d.qpos for d in self.datas])
+        self._qvel = k.addresses([d.qvel for d in self.datas])
+        self._ctrl = k.addresses([d.ctrl for d in self.datas])
+        self.obs = np.zeros((num_envs, obs_size), np.float64)
+        self.rewards = np.zeros(num_envs, np.float64)
+        self.terminated = np.zeros(num_envs, np.bool_)
+        self.truncated = np.zeros(num_envs, np.bool_)
+        self.elapsed = np.zeros(num_envs, np.int64)
+        self.info = {key: np.zeros(num_envs, np.float64) for key in _HEALTHY_INFO}
+        self.rngs: list[np.random.Generator | None] = [None] * num_envs
+        self._initial_seed = (check_seed(seed, count=num_envs) if seed is not None
+                              else int(np.random.SeedSequence().entropy) % 2**63)
+        self.final_obs = np.zeros_like(self.obs)
+        self._final_info: dict[str, np.ndarray] = {}
+        #: NEXT_STEP: reset on the next step; DISABLED: must be reset before the next step
+        self.pending = np.zeros(num_envs, np.bool_)
+        self.was_reset = np.zeros(num_envs, np.bool_)
+        self.needs_reset = np.zeros(num_envs, np.bool_)
+        self._reset_rows = np.zeros(num_envs, np.bool_)
+        self._has_reset = False
+        self._closed = False
+
+    def _make_params(self) -> np.ndarray:
+        s = self.settings
+        params = np.zeros(11, np.float64)
+        params[k.FORWARD] = s["forward_reward_weight"]
+        params[k.DT] = self.dt
+        params[k.HEALTHY] = s.get("healthy_reward", 0.0)
+        params[k.STATE_LO], params[k.STATE_HI] = s.get("healthy_state_range", (0.0, 0.0))
+        params[k.Z_LO], params[k.Z_HI] = s.get("healthy_z_range", (0.0, 0.0))
+        params[k.ANGLE_LO], params[k.ANGLE_HI] = s.get("healthy_angle_range", (0.0, 0.0))
+        params[k.CLIP] = self.family.clip
+        params[k.INIT_Z] = self.init_qpos[1]
+        return params
+
+    # resets: Python per env, as MujocoEnv.reset + the family's reset_model
+    def _reset_one(self, i: int, seed: int | None) -> None:
+        """``env.reset(seed=seed)`` of env i: a new ``np_random`` when seeded, the noise
+        drawn in Gymnasium's order, ``set_state`` (``mj_forward``), the observation."""
+        mujoco, data = self.mujoco, self.datas[i]
+        if seed is not None or self.rngs[i] is None:
+            self.rngs[i], _ = seeding.np_random(seed)
+        rng = self.rngs[i]
+        mujoco.mj_resetData(self.model, data)
+        scale = self.settings["reset_noise_scale"]
+        qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
+        if self.family.qvel_noise == "normal":
+            qvel = self.init_qvel + scale * rng.standard_normal(self.nv)
+        else:
+            qvel = self.init_qvel + rng.uniform(low=-scale, high=scale, size=self.nv)
+        data.qpos[:] = qpos
+        data.qvel[:] = qvel
+        if self.model.na == 0:
+            data.act[:] = None
+        mujoco.mj_forward(self.model, data)
+        velocity = data.qvel.flatten()
+        if self.family.clip < np.inf:
+            velocity = np.clip(velocity, -self.family.clip, self.family.clip)
+        self.obs[i] = np.concatenate((data.qpos.flatten()[self.skip:], velocity))
+        self.info["x_position"][i] = data.qpos[0]
+        self.info["z_distance_from_origin"][i] = data.qpos[1] - self.init_qpos[1]
+        self.elapsed[i] = 0
+
+    def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None) -> None:
+        for i in np.flatnonzero(rows):
+            self._reset_one(int(i), None if seeds is None else seeds[i])
+
+    # the engine interface ``native.rollout`` drives: ``step`` -> episodes ended, buffers
+    @property
+    def engine(self) -> _Engine:
+        """The engine ``native.rollout`` steps (this env's buffers and ``step_batch``)."""
+        return _Engine(self)
+
+    def ended_mask(self) -> np.ndarray:
+        """Envs whose episode ended in the last step."""
+        return self.terminated | self.truncated
+
+    def reset(self, *, seed: int | Sequence[int] | None = None,
+              options: dict[str, Any] | None = None) -> tuple[Any, dict[str, Any]]:
+        """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``
+        (``np_random`` reseeded as ``Env.reset(seed=)``)."""
+        self._check_open()
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; supported: "
+                             f"'reset_mask'")
+        seed, mask = self._reset_rules(seed, mask)
+        rows = np.ones(self.num_envs, np.bool_) if mask is None else mask
+        seeds = None if seed is None else env_seeds(seed, self.num_envs)
+        self._reset_rows_now(rows, seeds)
+        self.pending[rows] = False
+        self.needs_reset[rows] = False
+        self._has_reset = True
+        return self._out(self.obs), self._reset_info(rows)
+
+    def check_actions(self, actions: Any) -> np.ndarray:
+        """The batch as a C-contiguous float array, or a ``ValueError`` naming the first env
+        whose action is refused (wrong shape, not floats, NaN/inf; an env that must be reset
+        first, DISABLED): checked whole, before any env moves."""
+        batch = np.asarray(actions)
+        expected = (self.num_envs, self.nu)
+        if batch.shape != expected:
+            raise ValueError(f"{self.env_id}: actions must have shape {expected} (num_envs="
+                             f"{self.num_envs}, action shape ({self.nu},)), got {batch.shape}")
+        kind, name = dtype_kind(batch.dtype)
+        if kind != "f" or batch.dtype not in (np.float32, np.float64):
+            raise ValueError(f"{self.env_id}: actions must be float32 or float64 (the action "
+                             f"space's Box), got dtype {name}")
+        finite = np.isfinite(batch).all(axis=1)
+        if not finite.all():
+            i = int(np.flatnonzero(~finite)[0])
+            raise ValueError(f"{self.env_id}: the action of env {i} is not finite: "
+                             f"{batch[i].tolist()}")
+        if self.needs_reset.any():
+            raise needs_reset_error(int(np.flatnonzero(self.needs_reset)[0]))
+        return np.ascontiguousarray(batch)
+
+    def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
+        """Step every env; autoreset as ``metadata["autoreset_mode"]`` says."""
+        self._check_open()
+        self._check_has_reset("step")
+        ended = self.step_batch(actions)
+        out = self._step_info(~self.was_reset, self.was_reset)
+        if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
+            done = self.ended_mask()
+            for key in self.family.info:
+                out["_" + key] = out["_" + key] & ~done
+            for key, value in self._reset_info(done).items():
+                out[key] = (out[key] | value) if key.startswith("_") else np.where(
+                    done, value, out[key])
+            self._add_final(out, self._out(self.final_obs), done, self._final_info)
+        return (self._out(self.obs), self._out(self.rewards), self._out(self.terminated),
+                self._out(self.truncated), out)
+
+    def step_batch(self, actions: Any) -> int:
+        """The engine's step (also ``rollout``'s): check the batch, reset the pending envs
+        (NEXT_STEP), step the others in the compiled loop, then SAME_STEP's resets (the step's
+        rewards and flags kept, ``final_obs`` and the final infos saved). Returns the number
+        of episodes that ended."""
+        batch = self.check_actions(actions)
+        rows = self.was_reset
+        np.copyto(rows, self.pending)
+        if rows.any():
+            self._reset_rows_now(rows, None)
+            self.rewards[rows] = 0.0
+            self.terminated[rows] = False
+            self.truncated[rows] = False
+            self.pending[:] = False
+        info = self.info
+        numba.set_num_threads(self.num_threads)
+        ended = self._step(
+            self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+            self._ctrl, self.nq, self.nv, batch, np.array([self._ctrl_weight], batch.dtype),
+            ~rows, self.frame_skip, self.skip, self.family.health,
+            bool(self.settings.get("terminate_when_unhealthy", False)), self._params,
+            self.obs, self.rewards, self.terminated, self.truncated, self.elapsed,
+            self.max_episode_steps, info["x_position"], info["x_velocity"],
+            info["reward_forward"], info["reward_ctrl"], info["reward_survive"],
+            info["z_distance_from_origin"])
+        if ended:
+            done = self.ended_mask()
+            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
+                self.pending |= done
+            elif self.autoreset_mode is AutoresetMode.SAME_STEP:
+                self.final_obs.fill(0.0)
+                np.copyto(self.final_obs, self.obs, where=done[:, None])
+                self._final_info = {}
+                for key in self.family.info:
+                    self._final_info[key] = np.where(done, info[key], 0.0)
+                    self._final_info["_" + key] = done.copy()
+                self._reset_rows_now(done, None)
+            else:
+                self.needs_reset |= done
+        return int(ended)
+
+    def _step_info(self, stepped: np.ndarray, reset: np.ndarray) -> dict[str, Any]:
+        """The step's info: each family entry for the stepped envs; the reset info entries
+        (``x_position``, ``z_distance_from_origin``) for the envs reset instead."""
+        out: dict[str, Any] = {}
+        at_reset = ("x_position", "z_distance_from_origin")
+        for key in self.family.info:
+            mask = stepped | reset if key in at_reset else stepped.copy()
+            out[key] = np.where(mask, self.info[key], 0.0)
+            out["_" + key] = mask
+        return out
+
+    def _reset_info(self, rows: np.ndarray) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key in ("x_position", "z_distance_from_origin"):
+            if key in self.family.info:
+                out[key] = np.where(rows, self.info[key], 0.0)
+                out["_" + key] = rows.copy()
+        return out
+
+    def rollout(self, policy: Callable[[Any], Any] | Any, num_steps: int | None = None, *,
+                record: bool = True) -> Rollout:
+        """``num_steps`` steps with actions from ``policy(obs)`` or ``policy[t]``; as
+        ``NativeVectorEnv.rollout``."""
+        self._check_open()
+        self._check_has_reset("rollout")
+        return rollout(self, policy, num_steps, record)
+
+    def close_extras(self, **kwargs: Any) -> None:
+        """Release the simulations (idempotent)."""
+        if not self._closed:
+            self._closed = True
+            self.datas = []
+            self._datas = np.zeros(0, np.int64)
+
+    def _out(self, array: np.ndarray) -> np.ndarray:
+        return array.copy() if self.copy else array
+
+    def _is_closed(self) -> bool:
+        return self._closed
+
+    def __repr__(self) -> str:
+        return f"MujocoVectorEnv({self.env_id}, num_envs={self.num_envs})"
+
+
+
+class _Engine:
+    """A ``MujocoVectorEnv`` as the engine ``native.rollout`` drives: ``step`` returns the
+    episodes that ended; ``obs``, ``rewards``, ``terminated``, ``truncated``, ``final_obs``
+    are the env's own buffers."""
+
+    def __init__(self, env: MujocoVectorEnv) -> None:
+        self.step = env.step_batch
+        self.obs, self.rewards, self.final_obs = env.obs, env.rewards, env.final_obs
+        self.terminated, self.truncated = env.terminated, env.truncated
+
+    @staticmethod
+    def copy(array: np.ndarray) -> np.ndarray:
+        """A copy of one of the engine's buffers."""
+        return array.copy()

@@ -1,0 +1,54 @@
+"""``envfleet.make("<Id>-v5", n, seed=s)``: env i is bit for bit ``gymnasium.make("<Id>-v5")``
+reset with ``s + i`` (observations, rewards, terminated, truncated, info entries), across
+autoresets, in every autoreset mode, with default and non-default keyword arguments."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from tests.mujoco.reference import lockstep
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_half_cheetah_truncated_every_mode(mode):
+    """HalfCheetah never terminates: short episodes end by truncation (TimeLimit)."""
+    assert lockstep("HalfCheetah-v5", 3, 40, autoreset_mode=mode, max_episode_steps=12) >= 6
+
+
+def test_half_cheetah_non_default_kwargs_float64_out_of_range_actions():
+    """Other weights, noise, frame skip, positions kept in the observation; float64 actions
+    twice the bounds (MuJoCo clamps them, the cost does not)."""
+    lockstep("HalfCheetah-v5", 2, 25, seed=11, scale=2.0, dtype=np.float64,
+             forward_reward_weight=0.5, ctrl_cost_weight=0.3, reset_noise_scale=0.5,
+             frame_skip=3, exclude_current_positions_from_observation=False)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_hopper_terminates_every_mode(mode):
+    """Random actions make Hopper fall: early terminations (health check) and truncations."""
+    assert lockstep("Hopper-v5", 3, 60, autoreset_mode=mode, max_episode_steps=25) >= 6
+
+
+def test_hopper_non_default_kwargs():
+    lockstep("Hopper-v5", 2, 40, seed=1, healthy_reward=2.0, ctrl_cost_weight=0.01,
+             healthy_z_range=(0.9, 1.5), healthy_angle_range=(-0.1, 0.1),
+             healthy_state_range=(-5.0, 5.0), reset_noise_scale=0.02, frame_skip=2,
+             exclude_current_positions_from_observation=False)
+
+
+def test_hopper_not_terminating_when_unhealthy():
+    """terminate_when_unhealthy=False: the episode runs on, the survive reward drops to 0."""
+    lockstep("Hopper-v5", 2, 40, terminate_when_unhealthy=False, max_episode_steps=30)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_walker2d(mode):
+    assert lockstep("Walker2d-v5", 3, 60, autoreset_mode=mode, max_episode_steps=40) >= 3
+
+
+def test_walker2d_non_default_kwargs():
+    lockstep("Walker2d-v5", 2, 40, seed=9, forward_reward_weight=2.0, healthy_reward=0.5,
+             healthy_z_range=(0.9, 1.9), healthy_angle_range=(-0.5, 0.5),
+             reset_noise_scale=0.05, exclude_current_positions_from_observation=False,
+             dtype=np.float64)
