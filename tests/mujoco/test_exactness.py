@@ -52,3 +52,37 @@ def test_walker2d_non_default_kwargs():
              healthy_z_range=(0.9, 1.9), healthy_angle_range=(-0.5, 0.5),
              reset_noise_scale=0.05, exclude_current_positions_from_observation=False,
              dtype=np.float64)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_swimmer_every_mode(mode):
+    """Two skipped positions, x and y velocities and distances; truncation only."""
+    assert lockstep("Swimmer-v5", 2, 30, autoreset_mode=mode, max_episode_steps=10) >= 4
+
+
+def test_swimmer_non_default_kwargs():
+    lockstep("Swimmer-v5", 2, 20, seed=5, forward_reward_weight=3.0, ctrl_cost_weight=0.1,
+             reset_noise_scale=0.3, exclude_current_positions_from_observation=False,
+             scale=1.5)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_ant_terminates_every_mode(mode):
+    """The clipped contact forces in the observation and the cost; a narrow healthy z range
+    makes random play terminate early."""
+    assert lockstep("Ant-v5", 3, 40, autoreset_mode=mode, healthy_z_range=(0.45, 0.8),
+                    max_episode_steps=30) >= 3
+
+
+def test_ant_defaults():
+    lockstep("Ant-v5", 2, 30)
+
+
+def test_ant_non_default_kwargs():
+    """The main body named, contact forces out of the observation (still in the cost),
+    other ranges and weights, positions kept."""
+    lockstep("Ant-v5", 2, 30, seed=8, main_body="torso", include_cfrc_ext_in_observation=False,
+             contact_force_range=(-0.5, 2.0), contact_cost_weight=0.01, ctrl_cost_weight=0.2,
+             healthy_reward=0.5, terminate_when_unhealthy=False, healthy_z_range=(0.5, 0.7),
+             exclude_current_positions_from_observation=False, reset_noise_scale=0.2,
+             dtype=np.float64)

@@ -18,12 +18,23 @@ import numpy as np
 from numba import prange, types
 from numba.extending import intrinsic
 
-#: the ``kind`` of a planar family's health check (``PLANAR`` families)
-HEALTH_NONE, HEALTH_HOPPER, HEALTH_WALKER = 0, 1, 2
-#: ``params`` of the planar step: forward weight, dt, healthy reward, state range (Hopper),
-#: z range, angle range, the qvel clip of the observation, the initial qpos[1]
-(FORWARD, DT, HEALTHY, STATE_LO, STATE_HI, Z_LO, Z_HI, ANGLE_LO, ANGLE_HI, CLIP,
- INIT_Z) = range(11)
+#: the health check of a family (``step``'s ``health``)
+HEALTH_NONE, HEALTH_HOPPER, HEALTH_WALKER, HEALTH_ANT = 0, 1, 2, 3
+#: ``params`` of the step: forward weight, dt, healthy reward, state range (Hopper), z range,
+#: angle range, the qvel clip of the observation, the initial qpos[1], the contact force range,
+#: the contact cost weight
+(FORWARD, DT, HEALTHY, STATE_LO, STATE_HI, Z_LO, Z_HI, ANGLE_LO, ANGLE_HI, CLIP, INIT_Z,
+ CONTACT_LO, CONTACT_HI, CONTACT_WEIGHT) = range(14)
+#: ``flags`` of the step: qpos entries left out of the observation, velocity dimensions (1: x,
+#: 2: x and y), health check, terminate when unhealthy, contact forces: 0 none, 1 in the cost,
+#: 2 in the cost and the observation
+SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(5)
+#: rows of the step's ``info`` (one per info entry, one column per env)
+INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity",
+             "reward_forward", "reward_ctrl", "reward_contact", "reward_survive",
+             "z_distance_from_origin")
+(X_POSITION, Y_POSITION, DISTANCE, X_VELOCITY, Y_VELOCITY, REWARD_FORWARD, REWARD_CTRL,
+ REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE) = range(len(INFO_KEYS))
 
 
 class MujocoFunctions(NamedTuple):
@@ -100,17 +111,30 @@ def pairwise_sum_of_squares(values: Any) -> Any:
     return total
 
 
-def _planar_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_at: Any,
-                 nq: int, nv: int, actions: Any, ctrl_weight: Any, active: Any,
-                 frame_skip: int, skip: int, kind: int, terminate: bool, params: Any,
-                 obs: Any, rewards: Any, terminated: Any, truncated: Any, elapsed: Any,
-                 max_steps: int, x_position: Any, x_velocity: Any, reward_forward: Any,
-                 reward_ctrl: Any, reward_survive: Any, z_distance: Any) -> int:
-    """Step the ``active`` envs of a planar family (HalfCheetah, Hopper, Walker2d, Swimmer:
-    observation ``qpos[skip:]``, ``clip(qvel)``), as their v5 ``step`` and ``TimeLimit``:
-    ctrl = action, ``frame_skip`` ``mj_step``, ``mj_rnePostConstraint``, then the reward
-    terms and health check. Returns the number of episodes that ended."""
+@numba.njit(nogil=True, error_model="numpy")
+def _clipped_sum_of_squares(values: Any, lo: float, hi: float) -> float:
+    """``np.sum(np.square(np.clip(values, lo, hi)))`` bit for bit (``pairwise_sum_of_squares``
+    of the clipped values; ``values`` at most 128 float64)."""
+    clipped = np.empty(values.size)
+    for k in range(values.size):
+        clipped[k] = min(max(values[k], lo), hi)
+    return pairwise_sum_of_squares(clipped)
+
+
+def _locomotion_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any,
+                     ctrl_at: Any, xy_at: Any, cfrc_at: Any, nq: int, nv: int, nbody: int,
+                     actions: Any, ctrl_weight: Any, active: Any, frame_skip: int,
+                     flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
+                     truncated: Any, elapsed: Any, max_steps: int, info: Any) -> int:
+    """Step the ``active`` envs of a locomotion family (HalfCheetah, Hopper, Walker2d,
+    Swimmer, Ant) as its v5 ``step`` and ``TimeLimit``: ctrl = action, ``frame_skip``
+    ``mj_step``, ``mj_rnePostConstraint``; the velocity from ``xy_at`` (qpos, or Ant's main
+    body's xpos), the observation ``qpos[skip:]``, ``clip(qvel)`` (and Ant's clipped
+    ``cfrc_ext[1:]``), the reward terms, the health check, ``info``. Returns the number of
+    episodes that ended."""
     ended = 0
+    skip, dims, health = flags[SKIP], flags[DIMENSIONS], flags[HEALTH]
+    contact = flags[CONTACT]
     for i in prange(datas.size):
         if not active[i]:
             continue
@@ -118,16 +142,17 @@ def _planar_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ct
         qpos = numba.carray(_f64_at(qpos_at[i]), nq)
         qvel = numba.carray(_f64_at(qvel_at[i]), nv)
         ctrl = numba.carray(_f64_at(ctrl_at[i]), actions.shape[1])
+        xy = numba.carray(_f64_at(xy_at[i]), dims)
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
-        before = qpos[0]
+        x_before = xy[0]
+        y_before = xy[1] if dims == 2 else 0.0
         for _ in range(frame_skip):
             mj.step(model, data)
         mj.rne_post_constraint(model, data)
-        after = qpos[0]
-        velocity = (after - before) / params[DT]
-        forward = params[FORWARD] * velocity
+        x_velocity = (xy[0] - x_before) / params[DT]
+        forward = params[FORWARD] * x_velocity
         cost = ctrl_weight[0] * pairwise_sum_of_squares(action)
         row = obs[i]
         for k in range(skip, nq):
@@ -136,26 +161,51 @@ def _planar_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ct
         for k in range(nv):
             v = qvel[k]
             row[nq - skip + k] = min(max(v, -clip), clip) if clip < np.inf else v
+        contact_cost = 0.0
+        if contact:
+            cfrc = numba.carray(_f64_at(cfrc_at[i]), nbody * 6)
+            lo, hi = params[CONTACT_LO], params[CONTACT_HI]
+            contact_cost = params[CONTACT_WEIGHT] * _clipped_sum_of_squares(cfrc, lo, hi)
+            if contact == 2:
+                base = nq - skip + nv - 6
+                for k in range(6, nbody * 6):
+                    row[base + k] = min(max(cfrc[k], lo), hi)
         healthy = True
-        if kind == HEALTH_HOPPER:
+        if health == HEALTH_HOPPER:
             for k in range(2, nq + nv):
                 s = qpos[k] if k < nq else qvel[k - nq]
                 if not (params[STATE_LO] < s < params[STATE_HI]):
                     healthy = False
-        if kind != HEALTH_NONE:
+        if HEALTH_HOPPER <= health <= HEALTH_WALKER:
             healthy = (healthy and params[Z_LO] < qpos[1] < params[Z_HI]
                        and params[ANGLE_LO] < qpos[2] < params[ANGLE_HI])
+        elif health == HEALTH_ANT:
+            for k in range(nq + nv):
+                s = qpos[k] if k < nq else qvel[k - nq]
+                if not np.isfinite(s):
+                    healthy = False
+            healthy = healthy and params[Z_LO] <= qpos[2] <= params[Z_HI]
+        if health != HEALTH_NONE:
             survive = params[HEALTHY] if healthy else 0.0
-            rewards[i] = (forward + survive) - cost
-            reward_survive[i] = survive
-            z_distance[i] = qpos[1] - params[INIT_Z]
+            if contact:
+                rewards[i] = (forward + survive) - (cost + contact_cost)
+            else:
+                rewards[i] = (forward + survive) - cost
+            info[REWARD_SURVIVE, i] = survive
         else:
             rewards[i] = forward - cost
-        x_position[i] = after
-        x_velocity[i] = velocity
-        reward_forward[i] = forward
-        reward_ctrl[i] = -cost
-        terminated[i] = terminate and not healthy
+        info[X_POSITION, i] = qpos[0]
+        info[X_VELOCITY, i] = x_velocity
+        if dims == 2:
+            info[Y_POSITION, i] = qpos[1]
+            info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
+            info[Y_VELOCITY, i] = (xy[1] - y_before) / params[DT]
+        else:
+            info[Z_DISTANCE, i] = qpos[1] - params[INIT_Z]
+        info[REWARD_FORWARD, i] = forward
+        info[REWARD_CTRL, i] = -cost
+        info[REWARD_CONTACT, i] = -contact_cost
+        terminated[i] = flags[TERMINATE] and not healthy
         elapsed[i] += 1
         truncated[i] = elapsed[i] >= max_steps
         if terminated[i] or truncated[i]:
@@ -164,15 +214,15 @@ def _planar_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ct
 
 
 @functools.cache
-def planar_step() -> Any:
-    """``_planar_step`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry
+def locomotion_step() -> Any:
+    """``_locomotion_step`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry
     points are an argument, so the machine code does not depend on where libmujoco loaded."""
     import mujoco
 
     from envfleet.native.jit import announce_compile
     from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 
-    compiled = numba.njit(nogil=True, error_model="numpy", parallel=True)(_planar_step)
+    compiled = numba.njit(nogil=True, error_model="numpy", parallel=True)(_locomotion_step)
 
     def announce() -> None:
         announce_compile("mujoco", "<MuJoCo>-v5", "numba", 10.0,

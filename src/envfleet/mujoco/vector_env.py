@@ -38,36 +38,57 @@ from envfleet.native.rollout import Rollout, rollout
 @dataclass(frozen=True)
 class Family:
     """A v5 env the engine runs: its defaults (Gymnasium's ``__init__``), its health check
-    (``kernels.HEALTH_*``), its qvel clip and reset noise (``"normal"``: qvel noise is
-    ``scale * standard_normal``, else ``uniform(-scale, scale)``)."""
+    (``kernels.HEALTH_*``), its qvel clip, its reset noise (``"normal"``: qvel noise is
+    ``scale * standard_normal``, else ``uniform(-scale, scale)``), the qpos entries
+    ``exclude_current_positions_from_observation`` leaves out, the velocity's dimensions (1:
+    x; 2: x and y) and its info entries (at a step; at a reset)."""
 
     defaults: dict[str, Any]
     health: int
     clip: float
     qvel_noise: str
+    skip: int
+    dimensions: int
     info: tuple[str, ...]
+    reset_info: tuple[str, ...]
 
 
-_LOCOMOTION_INFO = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
-_HEALTHY_INFO = (*_LOCOMOTION_INFO, "reward_survive", "z_distance_from_origin")
+_X_INFO = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
+_HEALTHY_INFO = (*_X_INFO, "reward_survive", "z_distance_from_origin")
+_XY_RESET_INFO = ("x_position", "y_position", "distance_from_origin")
+_XY_INFO = (*_XY_RESET_INFO, "x_velocity", "y_velocity", "reward_forward", "reward_ctrl")
 _COMMON = {"forward_reward_weight": 1.0, "exclude_current_positions_from_observation": True}
 
 #: id -> family; the defaults are those of Gymnasium's ``<Family>Env.__init__`` (v5)
 FAMILIES: dict[str, Family] = {
     "HalfCheetah-v5": Family(
         {**_COMMON, "xml_file": "half_cheetah.xml", "frame_skip": 5, "ctrl_cost_weight": 0.1,
-         "reset_noise_scale": 0.1}, k.HEALTH_NONE, np.inf, "normal", _LOCOMOTION_INFO),
+         "reset_noise_scale": 0.1}, k.HEALTH_NONE, np.inf, "normal", 1, 1, _X_INFO,
+        ("x_position",)),
     "Hopper-v5": Family(
         {**_COMMON, "xml_file": "hopper.xml", "frame_skip": 4, "ctrl_cost_weight": 1e-3,
          "healthy_reward": 1.0, "terminate_when_unhealthy": True,
          "healthy_state_range": (-100.0, 100.0), "healthy_z_range": (0.7, float("inf")),
          "healthy_angle_range": (-0.2, 0.2), "reset_noise_scale": 5e-3},
-        k.HEALTH_HOPPER, 10.0, "uniform", _HEALTHY_INFO),
+        k.HEALTH_HOPPER, 10.0, "uniform", 1, 1, _HEALTHY_INFO,
+        ("x_position", "z_distance_from_origin")),
     "Walker2d-v5": Family(
         {**_COMMON, "xml_file": "walker2d_v5.xml", "frame_skip": 4, "ctrl_cost_weight": 1e-3,
          "healthy_reward": 1.0, "terminate_when_unhealthy": True,
          "healthy_z_range": (0.8, 2.0), "healthy_angle_range": (-1.0, 1.0),
-         "reset_noise_scale": 5e-3}, k.HEALTH_WALKER, 10.0, "uniform", _HEALTHY_INFO),
+         "reset_noise_scale": 5e-3}, k.HEALTH_WALKER, 10.0, "uniform", 1, 1, _HEALTHY_INFO,
+        ("x_position", "z_distance_from_origin")),
+    "Swimmer-v5": Family(
+        {**_COMMON, "xml_file": "swimmer.xml", "frame_skip": 4, "ctrl_cost_weight": 1e-4,
+         "reset_noise_scale": 0.1}, k.HEALTH_NONE, np.inf, "uniform", 2, 2, _XY_INFO,
+        _XY_RESET_INFO),
+    "Ant-v5": Family(
+        {**_COMMON, "xml_file": "ant.xml", "frame_skip": 5, "ctrl_cost_weight": 0.5,
+         "contact_cost_weight": 5e-4, "healthy_reward": 1.0, "main_body": 1,
+         "terminate_when_unhealthy": True, "healthy_z_range": (0.2, 1.0),
+         "contact_force_range": (-1.0, 1.0), "reset_noise_scale": 0.1,
+         "include_cfrc_ext_in_observation": True}, k.HEALTH_ANT, np.inf, "normal", 2, 2,
+        (*_XY_INFO, "reward_contact", "reward_survive"), _XY_RESET_INFO),
 }
 
 _MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
@@ -152,27 +173,44 @@ class MujocoVectorEnv(VectorContract):
         self.init_qvel = self.datas[0].qvel.ravel().copy()
         self.frame_skip = settings["frame_skip"]
         self.dt = m.opt.timestep * self.frame_skip
-        self.skip = 1 if settings["exclude_current_positions_from_observation"] else 0
+        self.skip = (family.skip if settings["exclude_current_positions_from_observation"]
+                     else 0)
+        #: Ant's contact forces: 0 none, 1 in the cost, 2 in the cost and the observation
+        self.contact = (0 if "contact_cost_weight" not in settings
+                        else 2 if settings["include_cfrc_ext_in_observation"] else 1)
+        self.nbody = m.nbody
         bounds = m.actuator_ctrlrange.copy().astype(np.float32)
         self.single_action_space = spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
-        obs_size = self.nq + self.nv - self.skip
+        obs_size = self.nq + self.nv - self.skip + (6 * (m.nbody - 1) if self.contact == 2
+                                                     else 0)
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._params = self._make_params()
         self._ctrl_weight = float(settings["ctrl_cost_weight"])
         self._functions = k.mujoco_functions()
-        self._step = k.planar_step()
+        self._step = k.locomotion_step()
         self._datas = np.array([d._address for d in self.datas], dtype=np.int64)
         self._qpos = k.addresses([d.qpos for d in self.datas])
         self._qvel = k.addresses([d.qvel for d in self.datas])
         self._ctrl = k.addresses([d.ctrl for d in self.datas])
+        self._cfrc = k.addresses([d.cfrc_ext for d in self.datas])
+        if family.dimensions == 2 and "main_body" in settings:  # Ant: the main body's xpos
+            body = m.body(settings["main_body"]).id
+            self._xy = k.addresses([d.xpos[body] for d in self.datas])
+        else:
+            self._xy = self._qpos
+        self._flags = np.array([self.skip, family.dimensions, family.health,
+                                bool(settings.get("terminate_when_unhealthy", False)),
+                                self.contact], np.int64)
         self.obs = np.zeros((num_envs, obs_size), np.float64)
         self.rewards = np.zeros(num_envs, np.float64)
         self.terminated = np.zeros(num_envs, np.bool_)
         self.truncated = np.zeros(num_envs, np.bool_)
         self.elapsed = np.zeros(num_envs, np.int64)
-        self.info = {key: np.zeros(num_envs, np.float64) for key in _HEALTHY_INFO}
+        #: the step's info entries (``kernels.INFO_KEYS``), one row each
+        self._info = np.zeros((len(k.INFO_KEYS), num_envs), np.float64)
+        self.info = dict(zip(k.INFO_KEYS, self._info, strict=True))
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._initial_seed = (check_seed(seed, count=num_envs) if seed is not None
                               else int(np.random.SeedSequence().entropy) % 2**63)
@@ -188,7 +226,7 @@ class MujocoVectorEnv(VectorContract):
 
     def _make_params(self) -> np.ndarray:
         s = self.settings
-        params = np.zeros(11, np.float64)
+        params = np.zeros(k.CONTACT_WEIGHT + 1, np.float64)
         params[k.FORWARD] = s["forward_reward_weight"]
         params[k.DT] = self.dt
         params[k.HEALTHY] = s.get("healthy_reward", 0.0)
@@ -197,6 +235,8 @@ class MujocoVectorEnv(VectorContract):
         params[k.ANGLE_LO], params[k.ANGLE_HI] = s.get("healthy_angle_range", (0.0, 0.0))
         params[k.CLIP] = self.family.clip
         params[k.INIT_Z] = self.init_qpos[1]
+        params[k.CONTACT_LO], params[k.CONTACT_HI] = s.get("contact_force_range", (0.0, 0.0))
+        params[k.CONTACT_WEIGHT] = s.get("contact_cost_weight", 0.0)
         return params
 
     # resets: Python per env, as MujocoEnv.reset + the family's reset_model
@@ -222,8 +262,14 @@ class MujocoVectorEnv(VectorContract):
         velocity = data.qvel.flatten()
         if self.family.clip < np.inf:
             velocity = np.clip(velocity, -self.family.clip, self.family.clip)
-        self.obs[i] = np.concatenate((data.qpos.flatten()[self.skip:], velocity))
+        parts = [data.qpos.flatten()[self.skip:], velocity]
+        if self.contact == 2:
+            lo, hi = self.settings["contact_force_range"]
+            parts.append(np.clip(data.cfrc_ext, lo, hi)[1:].flatten())
+        self.obs[i] = np.concatenate(parts)
         self.info["x_position"][i] = data.qpos[0]
+        self.info["y_position"][i] = data.qpos[1]
+        self.info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
         self.info["z_distance_from_origin"][i] = data.qpos[1] - self.init_qpos[1]
         self.elapsed[i] = 0
 
@@ -317,13 +363,10 @@ class MujocoVectorEnv(VectorContract):
         numba.set_num_threads(self.num_threads)
         ended = self._step(
             self._functions, self.model._address, self._datas, self._qpos, self._qvel,
-            self._ctrl, self.nq, self.nv, batch, np.array([self._ctrl_weight], batch.dtype),
-            ~rows, self.frame_skip, self.skip, self.family.health,
-            bool(self.settings.get("terminate_when_unhealthy", False)), self._params,
-            self.obs, self.rewards, self.terminated, self.truncated, self.elapsed,
-            self.max_episode_steps, info["x_position"], info["x_velocity"],
-            info["reward_forward"], info["reward_ctrl"], info["reward_survive"],
-            info["z_distance_from_origin"])
+            self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch,
+            np.array([self._ctrl_weight], batch.dtype), ~rows, self.frame_skip, self._flags,
+            self._params, self.obs, self.rewards, self.terminated, self.truncated,
+            self.elapsed, self.max_episode_steps, self._info)
         if ended:
             done = self.ended_mask()
             if self.autoreset_mode is AutoresetMode.NEXT_STEP:
@@ -342,9 +385,9 @@ class MujocoVectorEnv(VectorContract):
 
     def _step_info(self, stepped: np.ndarray, reset: np.ndarray) -> dict[str, Any]:
         """The step's info: each family entry for the stepped envs; the reset info entries
-        (``x_position``, ``z_distance_from_origin``) for the envs reset instead."""
+        for the envs reset instead."""
         out: dict[str, Any] = {}
-        at_reset = ("x_position", "z_distance_from_origin")
+        at_reset = self.family.reset_info
         for key in self.family.info:
             mask = stepped | reset if key in at_reset else stepped.copy()
             out[key] = np.where(mask, self.info[key], 0.0)
@@ -352,11 +395,11 @@ class MujocoVectorEnv(VectorContract):
         return out
 
     def _reset_info(self, rows: np.ndarray) -> dict[str, Any]:
+        """The reset info entries of ``rows`` (masked)."""
         out: dict[str, Any] = {}
-        for key in ("x_position", "z_distance_from_origin"):
-            if key in self.family.info:
-                out[key] = np.where(rows, self.info[key], 0.0)
-                out["_" + key] = rows.copy()
+        for key in self.family.reset_info:
+            out[key] = np.where(rows, self.info[key], 0.0)
+            out["_" + key] = rows.copy()
         return out
 
     def rollout(self, policy: Callable[[Any], Any] | Any, num_steps: int | None = None, *,
