@@ -86,3 +86,37 @@ def test_ant_non_default_kwargs():
              healthy_reward=0.5, terminate_when_unhealthy=False, healthy_z_range=(0.5, 0.7),
              exclude_current_positions_from_observation=False, reset_noise_scale=0.2,
              dtype=np.float64)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_inverted_pendulum_every_mode(mode):
+    """Random pushes tip the pole over quickly: terminations in every mode."""
+    assert lockstep("InvertedPendulum-v5", 3, 40, autoreset_mode=mode) >= 6
+
+
+def test_inverted_pendulum_non_default_kwargs():
+    lockstep("InvertedPendulum-v5", 2, 30, seed=2, reset_noise_scale=0.05, frame_skip=1,
+             scale=2.0, dtype=np.float64, max_episode_steps=8)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_inverted_double_pendulum_every_mode(mode):
+    """sin/cos, clipped velocities and constraint force; the penalties (NumPy's scalar
+    ``v**2`` is libm's pow, not always ``v * v``: the loop calls pow)."""
+    assert lockstep("InvertedDoublePendulum-v5", 3, 40, autoreset_mode=mode) >= 6
+
+
+def test_inverted_double_pendulum_non_default_kwargs():
+    lockstep("InvertedDoublePendulum-v5", 2, 30, seed=6, healthy_reward=3.0,
+             reset_noise_scale=0.3, frame_skip=2, max_episode_steps=9)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_reacher_every_mode(mode):
+    """The goal drawn until inside its disc; truncated at the id's 50 steps."""
+    assert lockstep("Reacher-v5", 2, 60, autoreset_mode=mode) == 2
+
+
+def test_reacher_non_default_kwargs():
+    lockstep("Reacher-v5", 2, 30, seed=4, reward_dist_weight=0.5, reward_control_weight=2.0,
+             frame_skip=3, max_episode_steps=11, scale=3.0)

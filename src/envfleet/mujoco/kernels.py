@@ -10,6 +10,7 @@ buffers MuJoCo's Python objects own, never copied. Nothing is allocated.
 from __future__ import annotations
 
 import ctypes
+import ctypes.util
 import functools
 from typing import Any, NamedTuple
 
@@ -32,9 +33,12 @@ SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(5)
 #: rows of the step's ``info`` (one per info entry, one column per env)
 INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity",
              "reward_forward", "reward_ctrl", "reward_contact", "reward_survive",
-             "z_distance_from_origin")
+             "z_distance_from_origin", "distance_penalty", "velocity_penalty", "reward_dist")
 (X_POSITION, Y_POSITION, DISTANCE, X_VELOCITY, Y_VELOCITY, REWARD_FORWARD, REWARD_CTRL,
- REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE) = range(len(INFO_KEYS))
+ REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE, DISTANCE_PENALTY, VELOCITY_PENALTY,
+ REWARD_DIST) = range(len(INFO_KEYS))
+#: the families of ``arm_step``
+PENDULUM, DOUBLE_PENDULUM, REACHER = 0, 1, 2
 
 
 class MujocoFunctions(NamedTuple):
@@ -42,6 +46,9 @@ class MujocoFunctions(NamedTuple):
 
     step: Any  # mj_step(const mjModel*, mjData*)
     rne_post_constraint: Any  # mj_rnePostConstraint(const mjModel*, mjData*)
+    #: libm's pow(double, double): NumPy's scalar ``v**2`` (not always ``v * v``), which
+    #: LLVM would turn back into ``v * v`` if ``** 2.0`` were written in the loop
+    pow: Any
 
 
 @functools.cache
@@ -65,7 +72,11 @@ def mujoco_functions() -> MujocoFunctions:
         function.restype = None
         function.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
         functions.append(function)
-    return MujocoFunctions(*functions)
+    libm = ctypes.CDLL(ctypes.util.find_library("m"))
+    power = libm.pow
+    power.restype = ctypes.c_double
+    power.argtypes = [ctypes.c_double, ctypes.c_double]
+    return MujocoFunctions(*functions, power)
 
 
 @intrinsic
@@ -213,21 +224,109 @@ def _locomotion_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any
     return ended
 
 
+def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_at: Any,
+              xpos_at: Any, site_at: Any, qfrc_at: Any, nq: int, nv: int, bodies: Any,
+              actions: Any, ctrl_weight: Any, active: Any, frame_skip: int, kind: int,
+              params: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
+              elapsed: Any, max_steps: int, info: Any) -> int:
+    """Step the ``active`` envs of InvertedPendulum, InvertedDoublePendulum or Reacher
+    (``kind``) as their v5 ``step`` and ``TimeLimit`` (``params``: the survive reward, or
+    Reacher's distance weight; ``bodies``: Reacher's fingertip, target, body count). Returns the
+    number of episodes that ended."""
+    ended = 0
+    for i in prange(datas.size):
+        if not active[i]:
+            continue
+        data = datas[i]
+        qpos = numba.carray(_f64_at(qpos_at[i]), nq)
+        qvel = numba.carray(_f64_at(qvel_at[i]), nv)
+        ctrl = numba.carray(_f64_at(ctrl_at[i]), actions.shape[1])
+        action = actions[i]
+        for k in range(action.size):
+            ctrl[k] = action[k]
+        for _ in range(frame_skip):
+            mj.step(model, data)
+        mj.rne_post_constraint(model, data)
+        row = obs[i]
+        done = False
+        if kind == PENDULUM:
+            finite = True
+            for k in range(nq):
+                row[k] = qpos[k]
+                finite = finite and np.isfinite(qpos[k])
+            for k in range(nv):
+                row[nq + k] = qvel[k]
+                finite = finite and np.isfinite(qvel[k])
+            done = not finite or abs(row[1]) > 0.2
+            rewards[i] = 0.0 if done else 1.0
+            info[REWARD_SURVIVE, i] = rewards[i]
+        elif kind == DOUBLE_PENDULUM:
+            site = numba.carray(_f64_at(site_at[i]), 3)
+            qfrc = numba.carray(_f64_at(qfrc_at[i]), nv)
+            row[0] = qpos[0]
+            for k in range(1, nq):
+                row[k] = np.sin(qpos[k])
+                row[nq - 1 + k] = np.cos(qpos[k])
+            for k in range(nv):
+                row[2 * nq - 1 + k] = min(max(qvel[k], -10.0), 10.0)
+            row[2 * nq - 1 + nv] = min(max(qfrc[0], -10.0), 10.0)
+            x, y = site[0], site[2]
+            done = y <= 1
+            distance = 0.01 * mj.pow(x, 2.0) + mj.pow(y - 2.0, 2.0)
+            velocity = 1e-3 * mj.pow(qvel[1], 2.0) + 5e-3 * mj.pow(qvel[2], 2.0)
+            alive = params[0] * (0.0 if done else 1.0)
+            rewards[i] = (alive - distance) - velocity
+            info[REWARD_SURVIVE, i] = alive
+            info[DISTANCE_PENALTY, i] = -distance
+            info[VELOCITY_PENALTY, i] = -velocity
+        else:
+            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[2])
+            f, t = 3 * bodies[0], 3 * bodies[1]
+            dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
+            dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]
+            cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
+            rewards[i] = dist + cost
+            info[REWARD_DIST, i] = dist
+            info[REWARD_CTRL, i] = cost
+            row[0], row[1] = np.cos(qpos[0]), np.cos(qpos[1])
+            row[2], row[3] = np.sin(qpos[0]), np.sin(qpos[1])
+            for k in range(2, nq):
+                row[2 + k] = qpos[k]
+            row[2 + nq], row[3 + nq] = qvel[0], qvel[1]
+            row[4 + nq], row[5 + nq] = dx, dy
+        terminated[i] = done
+        elapsed[i] += 1
+        truncated[i] = elapsed[i] >= max_steps
+        if terminated[i] or truncated[i]:
+            ended += 1
+    return ended
+
+
 @functools.cache
-def locomotion_step() -> Any:
-    """``_locomotion_step`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry
-    points are an argument, so the machine code does not depend on where libmujoco loaded."""
+def _compiled(loop: Any) -> Any:
+    """``loop`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry points
+    are an argument, so the machine code does not depend on where libmujoco loaded."""
     import mujoco
 
     from envfleet.native.jit import announce_compile
     from envfleet.native.kernel_cache import disk_cached, is_disk_cached
 
-    compiled = numba.njit(nogil=True, error_model="numpy", parallel=True)(_locomotion_step)
+    compiled = numba.njit(nogil=True, error_model="numpy", parallel=True)(loop)
 
     def announce() -> None:
-        announce_compile("mujoco", "<MuJoCo>-v5", "numba", 10.0,
+        announce_compile(("mujoco", loop.__name__), "<MuJoCo>-v5", "numba", 10.0,
                          cached=is_disk_cached(compiled))
     return disk_cached(compiled, mujoco.__version__, on_compile=announce)
+
+
+def locomotion_step() -> Any:
+    """``_locomotion_step``, compiled (``_compiled``)."""
+    return _compiled(_locomotion_step)
+
+
+def arm_step() -> Any:
+    """``_arm_step``, compiled (``_compiled``)."""
+    return _compiled(_arm_step)
 
 
 def addresses(arrays: list[np.ndarray]) -> np.ndarray:

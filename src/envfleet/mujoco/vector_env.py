@@ -51,6 +51,9 @@ class Family:
     dimensions: int
     info: tuple[str, ...]
     reset_info: tuple[str, ...]
+    #: ``kernels.arm_step``'s kind, or None: ``kernels.locomotion_step``
+    arm: int | None = None
+    max_episode_steps: int = 1000
 
 
 _X_INFO = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
@@ -89,6 +92,17 @@ FAMILIES: dict[str, Family] = {
          "contact_force_range": (-1.0, 1.0), "reset_noise_scale": 0.1,
          "include_cfrc_ext_in_observation": True}, k.HEALTH_ANT, np.inf, "normal", 2, 2,
         (*_XY_INFO, "reward_contact", "reward_survive"), _XY_RESET_INFO),
+    "InvertedPendulum-v5": Family(
+        {"xml_file": "inverted_pendulum.xml", "frame_skip": 2, "reset_noise_scale": 0.01},
+        k.HEALTH_NONE, np.inf, "uniform", 0, 1, ("reward_survive",), (), k.PENDULUM),
+    "InvertedDoublePendulum-v5": Family(
+        {"xml_file": "inverted_double_pendulum.xml", "frame_skip": 5, "healthy_reward": 10.0,
+         "reset_noise_scale": 0.1}, k.HEALTH_NONE, 10.0, "normal", 0, 1,
+        ("reward_survive", "distance_penalty", "velocity_penalty"), (), k.DOUBLE_PENDULUM),
+    "Reacher-v5": Family(
+        {"xml_file": "reacher.xml", "frame_skip": 2, "reward_dist_weight": 1,
+         "reward_control_weight": 1}, k.HEALTH_NONE, np.inf, "reacher", 0, 1,
+        ("reward_dist", "reward_ctrl"), (), k.REACHER, 50),
 }
 
 _MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
@@ -130,7 +144,7 @@ def make_mujoco(env_id: str, num_envs: int, *,
                         f"{', '.join(family.defaults)}, max_episode_steps, num_threads")
     settings = {**family.defaults, **options}
     if max_episode_steps is None:
-        max_episode_steps = 1000  # the ids' registration
+        max_episode_steps = family.max_episode_steps  # the id's registration
     if isinstance(max_episode_steps, bool) or not isinstance(max_episode_steps, int) or (
             max_episode_steps < 1):
         raise ValueError(f"max_episode_steps must be an int >= 1, got {max_episode_steps!r}")
@@ -173,7 +187,7 @@ class MujocoVectorEnv(VectorContract):
         self.init_qvel = self.datas[0].qvel.ravel().copy()
         self.frame_skip = settings["frame_skip"]
         self.dt = m.opt.timestep * self.frame_skip
-        self.skip = (family.skip if settings["exclude_current_positions_from_observation"]
+        self.skip = (family.skip if settings.get("exclude_current_positions_from_observation")
                      else 0)
         #: Ant's contact forces: 0 none, 1 in the cost, 2 in the cost and the observation
         self.contact = (0 if "contact_cost_weight" not in settings
@@ -183,18 +197,28 @@ class MujocoVectorEnv(VectorContract):
         self.single_action_space = spaces.Box(bounds[:, 0], bounds[:, 1], dtype=np.float32)
         obs_size = self.nq + self.nv - self.skip + (6 * (m.nbody - 1) if self.contact == 2
                                                      else 0)
+        if family.arm == k.DOUBLE_PENDULUM:
+            obs_size = 2 * self.nq + self.nv
+        elif family.arm == k.REACHER:
+            obs_size = self.nq + 6
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
         self._params = self._make_params()
-        self._ctrl_weight = float(settings["ctrl_cost_weight"])
+        self._ctrl_weight = float(settings.get("ctrl_cost_weight",
+                                               settings.get("reward_control_weight", 0.0)))
         self._functions = k.mujoco_functions()
-        self._step = k.locomotion_step()
+        self._step = k.locomotion_step() if family.arm is None else k.arm_step()
         self._datas = np.array([d._address for d in self.datas], dtype=np.int64)
         self._qpos = k.addresses([d.qpos for d in self.datas])
         self._qvel = k.addresses([d.qvel for d in self.datas])
         self._ctrl = k.addresses([d.ctrl for d in self.datas])
         self._cfrc = k.addresses([d.cfrc_ext for d in self.datas])
+        self._xpos = k.addresses([d.xpos for d in self.datas])
+        self._site = k.addresses([d.site_xpos for d in self.datas])
+        self._qfrc = k.addresses([d.qfrc_constraint for d in self.datas])
+        self._bodies = np.array([m.body("fingertip").id, m.body("target").id, m.nbody]
+                                if family.arm == k.REACHER else [0, 0, m.nbody], np.int64)
         if family.dimensions == 2 and "main_body" in settings:  # Ant: the main body's xpos
             body = m.body(settings["main_body"]).id
             self._xy = k.addresses([d.xpos[body] for d in self.datas])
@@ -227,7 +251,7 @@ class MujocoVectorEnv(VectorContract):
     def _make_params(self) -> np.ndarray:
         s = self.settings
         params = np.zeros(k.CONTACT_WEIGHT + 1, np.float64)
-        params[k.FORWARD] = s["forward_reward_weight"]
+        params[k.FORWARD] = s.get("forward_reward_weight", 0.0)
         params[k.DT] = self.dt
         params[k.HEALTHY] = s.get("healthy_reward", 0.0)
         params[k.STATE_LO], params[k.STATE_HI] = s.get("healthy_state_range", (0.0, 0.0))
@@ -237,6 +261,8 @@ class MujocoVectorEnv(VectorContract):
         params[k.INIT_Z] = self.init_qpos[1]
         params[k.CONTACT_LO], params[k.CONTACT_HI] = s.get("contact_force_range", (0.0, 0.0))
         params[k.CONTACT_WEIGHT] = s.get("contact_cost_weight", 0.0)
+        if self.family.arm is not None:  # arm_step's one parameter
+            params[0] = s.get("healthy_reward", s.get("reward_dist_weight", 0.0))
         return params
 
     # resets: Python per env, as MujocoEnv.reset + the family's reset_model
@@ -248,17 +274,27 @@ class MujocoVectorEnv(VectorContract):
             self.rngs[i], _ = seeding.np_random(seed)
         rng = self.rngs[i]
         mujoco.mj_resetData(self.model, data)
-        scale = self.settings["reset_noise_scale"]
-        qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
-        if self.family.qvel_noise == "normal":
-            qvel = self.init_qvel + scale * rng.standard_normal(self.nv)
+        if self.family.qvel_noise == "reacher":
+            qpos, qvel = self._reacher_noise(rng)
         else:
-            qvel = self.init_qvel + rng.uniform(low=-scale, high=scale, size=self.nv)
+            scale = self.settings["reset_noise_scale"]
+            qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
+            if self.family.qvel_noise == "normal":
+                if self.family.arm == k.DOUBLE_PENDULUM:
+                    qvel = self.init_qvel + rng.standard_normal(self.nv) * scale
+                else:
+                    qvel = self.init_qvel + scale * rng.standard_normal(self.nv)
+            else:
+                qvel = self.init_qvel + rng.uniform(low=-scale, high=scale, size=self.nv)
         data.qpos[:] = qpos
         data.qvel[:] = qvel
         if self.model.na == 0:
             data.act[:] = None
         mujoco.mj_forward(self.model, data)
+        self.elapsed[i] = 0
+        if self.family.arm is not None:
+            self.obs[i] = self._arm_obs(data)
+            return
         velocity = data.qvel.flatten()
         if self.family.clip < np.inf:
             velocity = np.clip(velocity, -self.family.clip, self.family.clip)
@@ -272,6 +308,34 @@ class MujocoVectorEnv(VectorContract):
         self.info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
         self.info["z_distance_from_origin"][i] = data.qpos[1] - self.init_qpos[1]
         self.elapsed[i] = 0
+
+    def _reacher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``ReacherEnv.reset_model``'s draws: joint noise, a goal drawn until inside the
+        0.2 disc, velocity noise; the goal's qpos set, its qvel zeroed."""
+        qpos = rng.uniform(low=-0.1, high=0.1, size=self.nq) + self.init_qpos
+        while True:
+            goal = rng.uniform(low=-0.2, high=0.2, size=2)
+            if np.linalg.norm(goal) < 0.2:
+                break
+        qpos[-2:] = goal
+        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
+        qvel[-2:] = 0
+        return qpos, qvel
+
+    def _arm_obs(self, data: Any) -> np.ndarray:
+        """The reset observation of InvertedPendulum, InvertedDoublePendulum, Reacher (their
+        ``_get_obs``)."""
+        arm = self.family.arm
+        if arm == k.PENDULUM:
+            return np.concatenate([data.qpos, data.qvel]).ravel()
+        if arm == k.DOUBLE_PENDULUM:
+            return np.concatenate([data.qpos[:1], np.sin(data.qpos[1:]), np.cos(data.qpos[1:]),
+                                   np.clip(data.qvel, -10, 10),
+                                   np.clip(data.qfrc_constraint, -10, 10)[:1]]).ravel()
+        theta = data.qpos.flatten()[:2]
+        vec = data.body("fingertip").xpos - data.body("target").xpos
+        return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
+                               data.qvel.flatten()[:2], vec[:2]])
 
     def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None) -> None:
         for i in np.flatnonzero(rows):
@@ -361,12 +425,21 @@ class MujocoVectorEnv(VectorContract):
             self.pending[:] = False
         info = self.info
         numba.set_num_threads(self.num_threads)
-        ended = self._step(
-            self._functions, self.model._address, self._datas, self._qpos, self._qvel,
-            self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch,
-            np.array([self._ctrl_weight], batch.dtype), ~rows, self.frame_skip, self._flags,
-            self._params, self.obs, self.rewards, self.terminated, self.truncated,
-            self.elapsed, self.max_episode_steps, self._info)
+        weight = np.array([self._ctrl_weight], batch.dtype)
+        if self.family.arm is None:
+            ended = self._step(
+                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+                self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch, weight,
+                ~rows, self.frame_skip, self._flags, self._params, self.obs, self.rewards,
+                self.terminated, self.truncated, self.elapsed, self.max_episode_steps,
+                self._info)
+        else:
+            ended = self._step(
+                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+                self._ctrl, self._xpos, self._site, self._qfrc, self.nq, self.nv,
+                self._bodies, batch, weight, ~rows, self.frame_skip, self.family.arm,
+                self._params, self.obs, self.rewards, self.terminated, self.truncated,
+                self.elapsed, self.max_episode_steps, self._info)
         if ended:
             done = self.ended_mask()
             if self.autoreset_mode is AutoresetMode.NEXT_STEP:
