@@ -120,3 +120,14 @@ def test_reacher_every_mode(mode):
 def test_reacher_non_default_kwargs():
     lockstep("Reacher-v5", 2, 30, seed=4, reward_dist_weight=0.5, reward_control_weight=2.0,
              frame_skip=3, max_episode_steps=11, scale=3.0)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_pusher_every_mode(mode):
+    """The object drawn until away from the goal; three bodies' positions observed."""
+    assert lockstep("Pusher-v5", 2, 30, autoreset_mode=mode, max_episode_steps=12) >= 4
+
+
+def test_pusher_non_default_kwargs():
+    lockstep("Pusher-v5", 2, 20, seed=12, reward_near_weight=0.7, reward_dist_weight=2.0,
+             reward_control_weight=0.4, frame_skip=3, scale=2.0, dtype=np.float64)

@@ -33,12 +33,13 @@ SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(5)
 #: rows of the step's ``info`` (one per info entry, one column per env)
 INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity",
              "reward_forward", "reward_ctrl", "reward_contact", "reward_survive",
-             "z_distance_from_origin", "distance_penalty", "velocity_penalty", "reward_dist")
+             "z_distance_from_origin", "distance_penalty", "velocity_penalty", "reward_dist",
+             "reward_near")
 (X_POSITION, Y_POSITION, DISTANCE, X_VELOCITY, Y_VELOCITY, REWARD_FORWARD, REWARD_CTRL,
  REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE, DISTANCE_PENALTY, VELOCITY_PENALTY,
- REWARD_DIST) = range(len(INFO_KEYS))
+ REWARD_DIST, REWARD_NEAR) = range(len(INFO_KEYS))
 #: the families of ``arm_step``
-PENDULUM, DOUBLE_PENDULUM, REACHER = 0, 1, 2
+PENDULUM, DOUBLE_PENDULUM, REACHER, PUSHER = 0, 1, 2, 3
 
 
 class MujocoFunctions(NamedTuple):
@@ -229,10 +230,10 @@ def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_
               actions: Any, ctrl_weight: Any, active: Any, frame_skip: int, kind: int,
               params: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
               elapsed: Any, max_steps: int, info: Any) -> int:
-    """Step the ``active`` envs of InvertedPendulum, InvertedDoublePendulum or Reacher
-    (``kind``) as their v5 ``step`` and ``TimeLimit`` (``params``: the survive reward, or
-    Reacher's distance weight; ``bodies``: Reacher's fingertip, target, body count). Returns the
-    number of episodes that ended."""
+    """Step the ``active`` envs of InvertedPendulum, InvertedDoublePendulum, Reacher or
+    Pusher (``kind``) as their v5 ``step`` and ``TimeLimit`` (``params``: the survive
+    reward, or the distance weights; ``bodies``: the bodies the rewards measure, then the
+    body count). Returns the number of episodes that ended."""
     ended = 0
     for i in prange(datas.size):
         if not active[i]:
@@ -279,8 +280,30 @@ def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_
             info[REWARD_SURVIVE, i] = alive
             info[DISTANCE_PENALTY, i] = -distance
             info[VELOCITY_PENALTY, i] = -velocity
+        elif kind == PUSHER:
+            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[3])
+            tips, thing, goal = 3 * bodies[0], 3 * bodies[1], 3 * bodies[2]
+            a = np.empty(3)  # small fixed arrays: numba keeps them on the stack
+            b = np.empty(3)
+            for j in range(3):
+                a[j] = xpos[thing + j] - xpos[tips + j]
+                b[j] = xpos[thing + j] - xpos[goal + j]
+            near = -np.sqrt((a[0] * a[0] + a[1] * a[1]) + a[2] * a[2]) * params[0]
+            dist = -np.sqrt((b[0] * b[0] + b[1] * b[1]) + b[2] * b[2]) * params[1]
+            cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
+            rewards[i] = (dist + cost) + near
+            info[REWARD_DIST, i] = dist
+            info[REWARD_CTRL, i] = cost
+            info[REWARD_NEAR, i] = near
+            for k in range(7):
+                row[k] = qpos[k]
+                row[7 + k] = qvel[k]
+            for j in range(3):
+                row[14 + j] = xpos[tips + j]
+                row[17 + j] = xpos[thing + j]
+                row[20 + j] = xpos[goal + j]
         else:
-            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[2])
+            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[3])
             f, t = 3 * bodies[0], 3 * bodies[1]
             dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
             dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]

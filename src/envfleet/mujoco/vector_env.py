@@ -103,6 +103,10 @@ FAMILIES: dict[str, Family] = {
         {"xml_file": "reacher.xml", "frame_skip": 2, "reward_dist_weight": 1,
          "reward_control_weight": 1}, k.HEALTH_NONE, np.inf, "reacher", 0, 1,
         ("reward_dist", "reward_ctrl"), (), k.REACHER, 50),
+    "Pusher-v5": Family(
+        {"xml_file": "pusher_v5.xml", "frame_skip": 5, "reward_near_weight": 0.5,
+         "reward_dist_weight": 1, "reward_control_weight": 0.1}, k.HEALTH_NONE, np.inf,
+        "pusher", 0, 1, ("reward_dist", "reward_ctrl", "reward_near"), (), k.PUSHER, 100),
 }
 
 _MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
@@ -201,6 +205,8 @@ class MujocoVectorEnv(VectorContract):
             obs_size = 2 * self.nq + self.nv
         elif family.arm == k.REACHER:
             obs_size = self.nq + 6
+        elif family.arm == k.PUSHER:
+            obs_size = 23
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -217,8 +223,10 @@ class MujocoVectorEnv(VectorContract):
         self._xpos = k.addresses([d.xpos for d in self.datas])
         self._site = k.addresses([d.site_xpos for d in self.datas])
         self._qfrc = k.addresses([d.qfrc_constraint for d in self.datas])
-        self._bodies = np.array([m.body("fingertip").id, m.body("target").id, m.nbody]
-                                if family.arm == k.REACHER else [0, 0, m.nbody], np.int64)
+        names = {k.REACHER: ("fingertip", "target", "target"),
+                 k.PUSHER: ("tips_arm", "object", "goal")}.get(family.arm)
+        self._bodies = np.array([*(m.body(b).id for b in names or ("world",) * 3), m.nbody],
+                                np.int64)
         if family.dimensions == 2 and "main_body" in settings:  # Ant: the main body's xpos
             body = m.body(settings["main_body"]).id
             self._xy = k.addresses([d.xpos[body] for d in self.datas])
@@ -261,7 +269,9 @@ class MujocoVectorEnv(VectorContract):
         params[k.INIT_Z] = self.init_qpos[1]
         params[k.CONTACT_LO], params[k.CONTACT_HI] = s.get("contact_force_range", (0.0, 0.0))
         params[k.CONTACT_WEIGHT] = s.get("contact_cost_weight", 0.0)
-        if self.family.arm is not None:  # arm_step's one parameter
+        if self.family.arm == k.PUSHER:  # arm_step's parameters
+            params[0], params[1] = s["reward_near_weight"], s["reward_dist_weight"]
+        elif self.family.arm is not None:
             params[0] = s.get("healthy_reward", s.get("reward_dist_weight", 0.0))
         return params
 
@@ -276,6 +286,8 @@ class MujocoVectorEnv(VectorContract):
         mujoco.mj_resetData(self.model, data)
         if self.family.qvel_noise == "reacher":
             qpos, qvel = self._reacher_noise(rng)
+        elif self.family.qvel_noise == "pusher":
+            qpos, qvel = self._pusher_noise(rng)
         else:
             scale = self.settings["reset_noise_scale"]
             qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
@@ -322,6 +334,23 @@ class MujocoVectorEnv(VectorContract):
         qvel[-2:] = 0
         return qpos, qvel
 
+    def _pusher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+        """``PusherEnv.reset_model``'s draws: the object's position drawn until 0.17 from
+        the goal (at the origin), velocity noise; the object's and goal's qvel zeroed. (It
+        writes into its ``init_qpos``; only the entries every reset overwrites.)"""
+        qpos = self.init_qpos
+        goal = np.asarray([0, 0])
+        while True:
+            cylinder = np.concatenate([rng.uniform(low=-0.3, high=0, size=1),
+                                       rng.uniform(low=-0.2, high=0.2, size=1)])
+            if np.linalg.norm(cylinder - goal) > 0.17:
+                break
+        qpos[-4:-2] = cylinder
+        qpos[-2:] = goal
+        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
+        qvel[-4:] = 0
+        return qpos, qvel
+
     def _arm_obs(self, data: Any) -> np.ndarray:
         """The reset observation of InvertedPendulum, InvertedDoublePendulum, Reacher (their
         ``_get_obs``)."""
@@ -332,6 +361,10 @@ class MujocoVectorEnv(VectorContract):
             return np.concatenate([data.qpos[:1], np.sin(data.qpos[1:]), np.cos(data.qpos[1:]),
                                    np.clip(data.qvel, -10, 10),
                                    np.clip(data.qfrc_constraint, -10, 10)[:1]]).ravel()
+        if arm == k.PUSHER:
+            return np.concatenate([data.qpos.flatten()[:7], data.qvel.flatten()[:7],
+                                   data.body("tips_arm").xpos, data.body("object").xpos,
+                                   data.body("goal").xpos])
         theta = data.qpos.flatten()[:2]
         vec = data.body("fingertip").xpos - data.body("target").xpos
         return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
