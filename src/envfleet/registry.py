@@ -229,8 +229,9 @@ def make(
     otherwise; for ``ALE/<Game>-v5`` it picks the Atari engine (``envfleet.atari``: the
     standard preprocessing, bit for bit Gymnasium's ``AtariPreprocessing`` +
     ``FrameStackObservation``), while the executors keep running the raw env; for
-    HalfCheetah-v5, Hopper-v5 and Walker2d-v5 the MuJoCo engine (``envfleet.mujoco``: bit for
-    bit Gymnasium's env), while the executors keep running Gymnasium's.
+    the MuJoCo v5 ids of ``envfleet.mujoco.FAMILIES`` (HalfCheetah-v5, Hopper-v5, Ant-v5...)
+    the MuJoCo engine (bit for bit Gymnasium's env), while the executors keep running
+    Gymnasium's.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <

@@ -161,3 +161,30 @@ def test_thread_counts_give_the_same_trajectories():
         results.append(env.rollout(actions).obs)
         env.close()
     np.testing.assert_array_equal(results[0], results[1])
+
+
+def test_default_threads_move_to_one_thread_when_it_is_faster():
+    """Default threads adapt (``ThreadChoice``, shared with the Atari engine): recent
+    one-thread steps clearly faster make the next probe switch; explicit threads stay."""
+    import numba
+
+    from envfleet.native.numba_backend import PROBE_EVERY
+
+    if numba.config.NUMBA_NUM_THREADS < 2:
+        pytest.skip("needs 2 numba threads")
+    env = envfleet.make("HalfCheetah-v5", 2, seed=0)
+    fixed = envfleet.make("HalfCheetah-v5", 2, seed=0, num_threads=2)
+    try:
+        env.reset()
+        fixed.reset()
+        assert env.threads.adaptive and not fixed.threads.adaptive
+        env.threads.times[1].extend([1e-6] * 3)  # as if one thread had been much faster
+        env.threads.times[2].extend([1.0] * 3)
+        for _ in range(PROBE_EVERY):
+            env.step(np.zeros((2, 6), np.float32))
+            fixed.step(np.zeros((2, 6), np.float32))
+        assert env.threads.active_threads == 1 and fixed.threads.active_threads == 2
+        np.testing.assert_array_equal(env.obs, fixed.obs)
+    finally:
+        env.close()
+        fixed.close()

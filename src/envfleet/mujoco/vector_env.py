@@ -11,6 +11,7 @@ entries. Python runs per env only at resets (the noise draws, ``mj_forward``).
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -31,7 +32,7 @@ from envfleet.contract import (
     needs_reset_error,
 )
 from envfleet.mujoco import kernels as k
-from envfleet.native.numba_backend import default_threads
+from envfleet.native.numba_backend import ThreadChoice, default_threads
 from envfleet.native.rollout import Rollout, rollout
 
 
@@ -180,6 +181,9 @@ class MujocoVectorEnv(VectorContract):
         self.settings, self.max_episode_steps = settings, max_episode_steps
         self.autoreset_mode, self.copy, self.backend = autoreset_mode, copy, "mujoco"
         self.num_threads = default_threads() if num_threads is None else num_threads
+        #: default threads adapt (``ThreadChoice``, as the Atari engine's): one thread when
+        #: it is measured faster (a loaded machine)
+        self.threads = ThreadChoice(self.num_threads, adaptive=num_threads is None)
         self.metadata = {"autoreset_mode": autoreset_mode, "render_modes": []}
         self.render_mode = None
         self.mujoco = mujoco
@@ -457,22 +461,15 @@ class MujocoVectorEnv(VectorContract):
             self.truncated[rows] = False
             self.pending[:] = False
         info = self.info
-        numba.set_num_threads(self.num_threads)
+        threads, timed = self.threads.for_step()
+        numba.set_num_threads(threads)
+        start = time.perf_counter()
         weight = np.array([self._ctrl_weight], batch.dtype)
-        if self.family.arm is None:
-            ended = self._step(
-                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
-                self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch, weight,
-                ~rows, self.frame_skip, self._flags, self._params, self.obs, self.rewards,
-                self.terminated, self.truncated, self.elapsed, self.max_episode_steps,
-                self._info)
-        else:
-            ended = self._step(
-                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
-                self._ctrl, self._xpos, self._site, self._qfrc, self.nq, self.nv,
-                self._bodies, batch, weight, ~rows, self.frame_skip, self.family.arm,
-                self._params, self.obs, self.rewards, self.terminated, self.truncated,
-                self.elapsed, self.max_episode_steps, self._info)
+        # envs handed out one at a time: a descheduled thread holds up one env, not half
+        with numba.parallel_chunksize(1):
+            ended = self._run(batch, weight, ~rows)
+        if timed:
+            self.threads.record(threads, time.perf_counter() - start)
         if ended:
             done = self.ended_mask()
             if self.autoreset_mode is AutoresetMode.NEXT_STEP:
@@ -488,6 +485,22 @@ class MujocoVectorEnv(VectorContract):
             else:
                 self.needs_reset |= done
         return int(ended)
+
+    def _run(self, batch: np.ndarray, weight: np.ndarray, active: np.ndarray) -> int:
+        """The family's compiled loop over the ``active`` envs."""
+        if self.family.arm is None:
+            return int(self._step(
+                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+                self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch, weight,
+                active, self.frame_skip, self._flags, self._params, self.obs, self.rewards,
+                self.terminated, self.truncated, self.elapsed, self.max_episode_steps,
+                self._info))
+        return int(self._step(
+            self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+            self._ctrl, self._xpos, self._site, self._qfrc, self.nq, self.nv, self._bodies,
+            batch, weight, active, self.frame_skip, self.family.arm, self._params, self.obs,
+            self.rewards, self.terminated, self.truncated, self.elapsed,
+            self.max_episode_steps, self._info))
 
     def _step_info(self, stepped: np.ndarray, reset: np.ndarray) -> dict[str, Any]:
         """The step's info: each family entry for the stepped envs; the reset info entries
