@@ -131,3 +131,33 @@ def test_pusher_every_mode(mode):
 def test_pusher_non_default_kwargs():
     lockstep("Pusher-v5", 2, 20, seed=12, reward_near_weight=0.7, reward_dist_weight=2.0,
              reward_control_weight=0.4, frame_skip=3, scale=2.0, dtype=np.float64)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep", "Disabled"])
+def test_humanoid_every_mode(mode):
+    """The centre of mass (einsum's running sum), cinert/cvel/qfrc_actuator/cfrc_ext in the
+    observation, the costs of data.ctrl and cfrc_ext, tendon infos; random play falls."""
+    assert lockstep("Humanoid-v5", 2, 30, autoreset_mode=mode, max_episode_steps=20) >= 2
+
+
+def test_humanoid_non_default_kwargs():
+    lockstep("Humanoid-v5", 2, 25, seed=13, forward_reward_weight=2.0, ctrl_cost_weight=0.3,
+             contact_cost_weight=1e-3, contact_cost_range=(-1.0, 0.5), healthy_reward=1.0,
+             healthy_z_range=(0.5, 3.0), reset_noise_scale=0.05, terminate_when_unhealthy=False,
+             exclude_current_positions_from_observation=False,
+             include_cinert_in_observation=False, include_qfrc_actuator_in_observation=False,
+             scale=1.5, dtype=np.float64)
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_humanoid_standup(mode):
+    assert lockstep("HumanoidStandup-v5", 2, 24, autoreset_mode=mode,
+                    max_episode_steps=10) >= 4
+
+
+def test_humanoid_standup_non_default_kwargs():
+    """uph_cost_weight is stored but unused by Gymnasium's v5 reward: the same here."""
+    lockstep("HumanoidStandup-v5", 2, 20, seed=14, ctrl_cost_weight=0.5, uph_cost_weight=3.0,
+             impact_cost_weight=1e-3, impact_cost_range=(0.0, 0.2), reset_noise_scale=0.1,
+             include_cvel_in_observation=False, include_cfrc_ext_in_observation=False,
+             frame_skip=3)

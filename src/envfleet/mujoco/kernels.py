@@ -34,10 +34,16 @@ SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(5)
 INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity",
              "reward_forward", "reward_ctrl", "reward_contact", "reward_survive",
              "z_distance_from_origin", "distance_penalty", "velocity_penalty", "reward_dist",
-             "reward_near")
+             "reward_near", "reward_linup", "reward_quadctrl", "reward_impact")
 (X_POSITION, Y_POSITION, DISTANCE, X_VELOCITY, Y_VELOCITY, REWARD_FORWARD, REWARD_CTRL,
  REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE, DISTANCE_PENALTY, VELOCITY_PENALTY,
- REWARD_DIST, REWARD_NEAR) = range(len(INFO_KEYS))
+ REWARD_DIST, REWARD_NEAR, REWARD_LINUP, REWARD_QUADCTRL, REWARD_IMPACT) = range(len(INFO_KEYS))
+#: ``humanoid_step``'s addresses per env (columns of ``at``), its ``params`` and ``flags``
+(AT_QPOS, AT_QVEL, AT_CTRL, AT_XIPOS, AT_CINERT, AT_CVEL, AT_QFRC_ACTUATOR, AT_CFRC_EXT,
+ AT_TEN_LENGTH, AT_TEN_VELOCITY) = range(10)
+(H_FORWARD, H_DT, H_HEALTHY, H_Z_LO, H_Z_HI, H_CTRL_WEIGHT, H_CONTACT_WEIGHT, H_CONTACT_LO,
+ H_CONTACT_HI, H_MASS, H_TIMESTEP, H_INIT_Z) = range(12)
+(H_STANDUP, H_SKIP, H_TERMINATE, H_CINERT, H_CVEL, H_QFRC, H_CFRC) = range(7)
 #: the families of ``arm_step``
 PENDULUM, DOUBLE_PENDULUM, REACHER, PUSHER = 0, 1, 2, 3
 
@@ -325,6 +331,117 @@ def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_
     return ended
 
 
+@numba.njit(nogil=True, error_model="numpy")
+def _mass_center(xipos: Any, mass: Any, total: float, out: Any) -> None:
+    """Humanoid's ``mass_center``: ``np.einsum("b,bj->j", mass, xipos)`` (a running sum over
+    the bodies, as NumPy's einsum does it) over ``mass.sum()``, x and y."""
+    for j in range(2):
+        acc = 0.0
+        for b in range(mass.size):
+            acc += mass[b] * xipos[3 * b + j]
+        out[j] = (0.0 + acc) / total
+
+
+def _humanoid_step(mj: Any, model: int, datas: Any, at: Any, nq: int, nv: int, nbody: int,
+                   ntendon: int, mass: Any, actions: Any, active: Any, frame_skip: int,
+                   flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
+                   truncated: Any, elapsed: Any, max_steps: int, info: Any,
+                   tendon_length: Any, tendon_velocity: Any) -> int:
+    """Step the ``active`` envs of Humanoid or HumanoidStandup (``flags[H_STANDUP]``) as
+    their v5 ``step`` and ``TimeLimit``: the observation (``qpos[skip:]``, ``qvel``, and as
+    included ``cinert[1:]``, ``cvel[1:]``, ``qfrc_actuator[6:]``, ``cfrc_ext[1:]``), the
+    costs of ``data.ctrl`` and ``cfrc_ext`` (clipped), Humanoid's centre-of-mass velocity and
+    health, the tendons. Returns the number of episodes that ended."""
+    ended = 0
+    standup, skip = flags[H_STANDUP], flags[H_SKIP]
+    for i in prange(datas.size):
+        if not active[i]:
+            continue
+        data = datas[i]
+        row_at = at[i]
+        qpos = numba.carray(_f64_at(row_at[AT_QPOS]), nq)
+        qvel = numba.carray(_f64_at(row_at[AT_QVEL]), nv)
+        ctrl = numba.carray(_f64_at(row_at[AT_CTRL]), actions.shape[1])
+        xipos = numba.carray(_f64_at(row_at[AT_XIPOS]), 3 * nbody)
+        cfrc = numba.carray(_f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
+        action = actions[i]
+        for k in range(action.size):
+            ctrl[k] = action[k]
+        before = np.empty(2)
+        after = np.empty(2)
+        if not standup:
+            _mass_center(xipos, mass, params[H_MASS], before)
+        for _ in range(frame_skip):
+            mj.step(model, data)
+        mj.rne_post_constraint(model, data)
+        ctrl_cost = params[H_CTRL_WEIGHT] * pairwise_sum_of_squares(ctrl)
+        contact = min(max(params[H_CONTACT_WEIGHT] * pairwise_sum_of_squares(cfrc),
+                          params[H_CONTACT_LO]), params[H_CONTACT_HI])
+        healthy = True
+        if standup:
+            linup = (qpos[2] - 0.0) / params[H_TIMESTEP]
+            rewards[i] = ((linup - ctrl_cost) - contact) + 1.0
+            info[REWARD_LINUP, i] = linup
+            info[REWARD_QUADCTRL, i] = -ctrl_cost
+            info[REWARD_IMPACT, i] = -contact
+            info[Z_DISTANCE, i] = qpos[2] - params[H_INIT_Z]
+        else:
+            _mass_center(xipos, mass, params[H_MASS], after)
+            x_velocity = (after[0] - before[0]) / params[H_DT]
+            y_velocity = (after[1] - before[1]) / params[H_DT]
+            forward = params[H_FORWARD] * x_velocity
+            healthy = params[H_Z_LO] < qpos[2] < params[H_Z_HI]
+            survive = params[H_HEALTHY] if healthy else 0.0
+            rewards[i] = (forward + survive) - (ctrl_cost + contact)
+            info[X_VELOCITY, i] = x_velocity
+            info[Y_VELOCITY, i] = y_velocity
+            info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
+            info[REWARD_SURVIVE, i] = survive
+            info[REWARD_FORWARD, i] = forward
+            info[REWARD_CTRL, i] = -ctrl_cost
+            info[REWARD_CONTACT, i] = -contact
+        info[X_POSITION, i] = qpos[0]
+        info[Y_POSITION, i] = qpos[1]
+        lengths = numba.carray(_f64_at(row_at[AT_TEN_LENGTH]), ntendon)
+        speeds = numba.carray(_f64_at(row_at[AT_TEN_VELOCITY]), ntendon)
+        for k in range(ntendon):
+            tendon_length[i, k] = lengths[k]
+            tendon_velocity[i, k] = speeds[k]
+        row = obs[i]
+        n = 0
+        for k in range(skip, nq):
+            row[n] = qpos[k]
+            n += 1
+        for k in range(nv):
+            row[n] = qvel[k]
+            n += 1
+        if flags[H_CINERT]:
+            cinert = numba.carray(_f64_at(row_at[AT_CINERT]), 10 * nbody)
+            for k in range(10, 10 * nbody):
+                row[n] = cinert[k]
+                n += 1
+        if flags[H_CVEL]:
+            cvel = numba.carray(_f64_at(row_at[AT_CVEL]), 6 * nbody)
+            for k in range(6, 6 * nbody):
+                row[n] = cvel[k]
+                n += 1
+        if flags[H_QFRC]:
+            qfrc = numba.carray(_f64_at(row_at[AT_QFRC_ACTUATOR]), nv)
+            for k in range(6, nv):
+                row[n] = qfrc[k]
+                n += 1
+        if flags[H_CFRC]:
+            for k in range(6, 6 * nbody):
+                row[n] = cfrc[k]
+                n += 1
+        terminated[i] = flags[H_TERMINATE] and not healthy
+        elapsed[i] += 1
+        truncated[i] = elapsed[i] >= max_steps
+        if terminated[i] or truncated[i]:
+            ended += 1
+    return ended
+
+
 @functools.cache
 def _compiled(loop: Any) -> Any:
     """``loop`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry points
@@ -345,6 +462,11 @@ def _compiled(loop: Any) -> Any:
 def locomotion_step() -> Any:
     """``_locomotion_step``, compiled (``_compiled``)."""
     return _compiled(_locomotion_step)
+
+
+def humanoid_step() -> Any:
+    """``_humanoid_step``, compiled (``_compiled``)."""
+    return _compiled(_humanoid_step)
 
 
 def arm_step() -> Any:

@@ -1,4 +1,4 @@
-"""``MujocoVectorEnv``: Gymnasium's MuJoCo v5 locomotion envs batched (one ``MjModel``, one
+"""``MujocoVectorEnv``: Gymnasium's MuJoCo v5 envs batched (one ``MjModel``, one
 ``MjData`` per env, ``kernels`` stepping them off the GIL), and ``make_mujoco``, what
 ``envfleet.make("HalfCheetah-v5", n)`` builds.
 
@@ -55,6 +55,8 @@ class Family:
     #: ``kernels.arm_step``'s kind, or None: ``kernels.locomotion_step``
     arm: int | None = None
     max_episode_steps: int = 1000
+    #: ``kernels.humanoid_step``'s families: 1 Humanoid, 2 HumanoidStandup
+    humanoid: int = 0
 
 
 _X_INFO = ("x_position", "x_velocity", "reward_forward", "reward_ctrl")
@@ -62,6 +64,12 @@ _HEALTHY_INFO = (*_X_INFO, "reward_survive", "z_distance_from_origin")
 _XY_RESET_INFO = ("x_position", "y_position", "distance_from_origin")
 _XY_INFO = (*_XY_RESET_INFO, "x_velocity", "y_velocity", "reward_forward", "reward_ctrl")
 _COMMON = {"forward_reward_weight": 1.0, "exclude_current_positions_from_observation": True}
+
+_HUMANOID = {"xml_file": "humanoid.xml", "frame_skip": 5, "ctrl_cost_weight": 0.1,
+             "reset_noise_scale": 1e-2, "exclude_current_positions_from_observation": True,
+             "include_cinert_in_observation": True, "include_cvel_in_observation": True,
+             "include_qfrc_actuator_in_observation": True,
+             "include_cfrc_ext_in_observation": True}
 
 #: id -> family; the defaults are those of Gymnasium's ``<Family>Env.__init__`` (v5)
 FAMILIES: dict[str, Family] = {
@@ -104,6 +112,22 @@ FAMILIES: dict[str, Family] = {
         {"xml_file": "reacher.xml", "frame_skip": 2, "reward_dist_weight": 1,
          "reward_control_weight": 1}, k.HEALTH_NONE, np.inf, "reacher", 0, 1,
         ("reward_dist", "reward_ctrl"), (), k.REACHER, 50),
+    "Humanoid-v5": Family(
+        {**_HUMANOID, "forward_reward_weight": 1.25, "contact_cost_weight": 5e-7,
+         "contact_cost_range": (-np.inf, 10.0), "healthy_reward": 5.0,
+         "terminate_when_unhealthy": True, "healthy_z_range": (1.0, 2.0)}, k.HEALTH_NONE,
+        np.inf, "uniform", 2, 2,
+        (*_XY_RESET_INFO, "tendon_length", "tendon_velocity", "x_velocity", "y_velocity",
+         "reward_survive", "reward_forward", "reward_ctrl", "reward_contact"),
+        (*_XY_RESET_INFO, "tendon_length", "tendon_velocity"), humanoid=1),
+    "HumanoidStandup-v5": Family(
+        {**_HUMANOID, "xml_file": "humanoidstandup.xml", "uph_cost_weight": 1,
+         "impact_cost_weight": 0.5e-6, "impact_cost_range": (-np.inf, 10.0)}, k.HEALTH_NONE,
+        np.inf, "uniform", 2, 1,
+        ("x_position", "y_position", "z_distance_from_origin", "tendon_length",
+         "tendon_velocity", "reward_linup", "reward_quadctrl", "reward_impact"),
+        ("x_position", "y_position", "z_distance_from_origin", "tendon_length",
+         "tendon_velocity"), humanoid=2),
     "Pusher-v5": Family(
         {"xml_file": "pusher_v5.xml", "frame_skip": 5, "reward_near_weight": 0.5,
          "reward_dist_weight": 1, "reward_control_weight": 0.1}, k.HEALTH_NONE, np.inf,
@@ -211,6 +235,15 @@ class MujocoVectorEnv(VectorContract):
             obs_size = self.nq + 6
         elif family.arm == k.PUSHER:
             obs_size = 23
+        if family.humanoid:
+            self.contact = 0
+            rest = m.nbody - 1
+            self._included = [settings[f"include_{name}_in_observation"] is True
+                              for name in ("cinert", "cvel", "qfrc_actuator", "cfrc_ext")]
+            obs_size = (self.nq - self.skip + self.nv
+                        + sum(size for size, on in zip(
+                            (10 * rest, 6 * rest, self.nv - 6, 6 * rest), self._included,
+                            strict=True) if on))
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
@@ -218,7 +251,8 @@ class MujocoVectorEnv(VectorContract):
         self._ctrl_weight = float(settings.get("ctrl_cost_weight",
                                                settings.get("reward_control_weight", 0.0)))
         self._functions = k.mujoco_functions()
-        self._step = k.locomotion_step() if family.arm is None else k.arm_step()
+        self._step = (k.humanoid_step() if family.humanoid else k.locomotion_step()
+                      if family.arm is None else k.arm_step())
         self._datas = np.array([d._address for d in self.datas], dtype=np.int64)
         self._qpos = k.addresses([d.qpos for d in self.datas])
         self._qvel = k.addresses([d.qvel for d in self.datas])
@@ -236,6 +270,15 @@ class MujocoVectorEnv(VectorContract):
             self._xy = k.addresses([d.xpos[body] for d in self.datas])
         else:
             self._xy = self._qpos
+        if family.humanoid:
+            self._at = np.stack([k.addresses([getattr(d, name) for d in self.datas]) for name in (
+                "qpos", "qvel", "ctrl", "xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext",
+                "ten_length", "ten_velocity")], axis=1)
+            self._mass = m.body_mass.copy()
+            self._humanoid_flags = np.array([family.humanoid == 2, self.skip,
+                                             bool(settings.get("terminate_when_unhealthy")),
+                                             *self._included], np.int64)
+            self._humanoid_params = self._make_humanoid_params()
         self._flags = np.array([self.skip, family.dimensions, family.health,
                                 bool(settings.get("terminate_when_unhealthy", False)),
                                 self.contact], np.int64)
@@ -247,6 +290,8 @@ class MujocoVectorEnv(VectorContract):
         #: the step's info entries (``kernels.INFO_KEYS``), one row each
         self._info = np.zeros((len(k.INFO_KEYS), num_envs), np.float64)
         self.info = dict(zip(k.INFO_KEYS, self._info, strict=True))
+        self.info["tendon_length"] = np.zeros((num_envs, m.ntendon), np.float64)
+        self.info["tendon_velocity"] = np.zeros((num_envs, m.ntendon), np.float64)
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._initial_seed = (check_seed(seed, count=num_envs) if seed is not None
                               else int(np.random.SeedSequence().entropy) % 2**63)
@@ -259,6 +304,23 @@ class MujocoVectorEnv(VectorContract):
         self._reset_rows = np.zeros(num_envs, np.bool_)
         self._has_reset = False
         self._closed = False
+
+    def _make_humanoid_params(self) -> np.ndarray:
+        """``kernels.humanoid_step``'s params (Humanoid's or HumanoidStandup's weights)."""
+        s, standup = self.settings, self.family.humanoid == 2
+        params = np.zeros(k.H_INIT_Z + 1, np.float64)
+        params[k.H_FORWARD] = s.get("forward_reward_weight", 0.0)
+        params[k.H_DT] = self.dt
+        params[k.H_HEALTHY] = s.get("healthy_reward", 0.0)
+        params[k.H_Z_LO], params[k.H_Z_HI] = s.get("healthy_z_range", (0.0, 0.0))
+        params[k.H_CTRL_WEIGHT] = s["ctrl_cost_weight"]
+        params[k.H_CONTACT_WEIGHT] = s["impact_cost_weight" if standup else "contact_cost_weight"]
+        params[k.H_CONTACT_LO], params[k.H_CONTACT_HI] = s[
+            "impact_cost_range" if standup else "contact_cost_range"]
+        params[k.H_MASS] = self.model.body_mass.sum()
+        params[k.H_TIMESTEP] = self.model.opt.timestep
+        params[k.H_INIT_Z] = self.init_qpos[2]
+        return params
 
     def _make_params(self) -> np.ndarray:
         s = self.settings
@@ -311,6 +373,9 @@ class MujocoVectorEnv(VectorContract):
         if self.family.arm is not None:
             self.obs[i] = self._arm_obs(data)
             return
+        if self.family.humanoid:
+            self._humanoid_reset(i, data)
+            return
         velocity = data.qvel.flatten()
         if self.family.clip < np.inf:
             velocity = np.clip(velocity, -self.family.clip, self.family.clip)
@@ -337,6 +402,22 @@ class MujocoVectorEnv(VectorContract):
         qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
         qvel[-2:] = 0
         return qpos, qvel
+
+    def _humanoid_reset(self, i: int, data: Any) -> None:
+        """Humanoid's and HumanoidStandup's ``_get_obs`` and reset info of env i."""
+        parts = [data.qpos.flatten()[self.skip:], data.qvel.flatten()]
+        for on, value in zip(self._included, (data.cinert[1:], data.cvel[1:],
+                                              data.qfrc_actuator[6:], data.cfrc_ext[1:]),
+                             strict=True):
+            if on:
+                parts.append(value.flatten())
+        self.obs[i] = np.concatenate(parts)
+        info = self.info
+        info["x_position"][i], info["y_position"][i] = data.qpos[0], data.qpos[1]
+        info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
+        info["z_distance_from_origin"][i] = data.qpos[2] - self.init_qpos[2]
+        info["tendon_length"][i] = data.ten_length
+        info["tendon_velocity"][i] = data.ten_velocity
 
     def _pusher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
         """``PusherEnv.reset_model``'s draws: the object's position drawn until 0.17 from
@@ -441,7 +522,7 @@ class MujocoVectorEnv(VectorContract):
                 out["_" + key] = out["_" + key] & ~done
             for key, value in self._reset_info(done).items():
                 out[key] = (out[key] | value) if key.startswith("_") else np.where(
-                    done, value, out[key])
+                    done.reshape(-1, *(1,) * (value.ndim - 1)), value, out[key])
             self._add_final(out, self._out(self.final_obs), done, self._final_info)
         return (self._out(self.obs), self._out(self.rewards), self._out(self.terminated),
                 self._out(self.truncated), out)
@@ -479,7 +560,7 @@ class MujocoVectorEnv(VectorContract):
                 np.copyto(self.final_obs, self.obs, where=done[:, None])
                 self._final_info = {}
                 for key in self.family.info:
-                    self._final_info[key] = np.where(done, info[key], 0.0)
+                    self._final_info[key] = _where(done, info[key])
                     self._final_info["_" + key] = done.copy()
                 self._reset_rows_now(done, None)
             else:
@@ -488,6 +569,14 @@ class MujocoVectorEnv(VectorContract):
 
     def _run(self, batch: np.ndarray, weight: np.ndarray, active: np.ndarray) -> int:
         """The family's compiled loop over the ``active`` envs."""
+        if self.family.humanoid:
+            return int(self._step(
+                self._functions, self.model._address, self._datas, self._at, self.nq,
+                self.nv, self.nbody, self.model.ntendon, self._mass, batch, active,
+                self.frame_skip, self._humanoid_flags, self._humanoid_params, self.obs,
+                self.rewards, self.terminated, self.truncated, self.elapsed,
+                self.max_episode_steps, self._info, self.info["tendon_length"],
+                self.info["tendon_velocity"]))
         if self.family.arm is None:
             return int(self._step(
                 self._functions, self.model._address, self._datas, self._qpos, self._qvel,
@@ -509,7 +598,7 @@ class MujocoVectorEnv(VectorContract):
         at_reset = self.family.reset_info
         for key in self.family.info:
             mask = stepped | reset if key in at_reset else stepped.copy()
-            out[key] = np.where(mask, self.info[key], 0.0)
+            out[key] = _where(mask, self.info[key])
             out["_" + key] = mask
         return out
 
@@ -517,7 +606,7 @@ class MujocoVectorEnv(VectorContract):
         """The reset info entries of ``rows`` (masked)."""
         out: dict[str, Any] = {}
         for key in self.family.reset_info:
-            out[key] = np.where(rows, self.info[key], 0.0)
+            out[key] = _where(rows, self.info[key])
             out["_" + key] = rows.copy()
         return out
 
@@ -545,6 +634,11 @@ class MujocoVectorEnv(VectorContract):
     def __repr__(self) -> str:
         return f"MujocoVectorEnv({self.env_id}, num_envs={self.num_envs})"
 
+
+
+def _where(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
+    """``values`` (one row per env) where ``rows``, else zeros."""
+    return np.where(rows.reshape(-1, *(1,) * (values.ndim - 1)), values, 0.0)
 
 
 class _Engine:
