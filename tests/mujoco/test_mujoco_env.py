@@ -188,3 +188,18 @@ def test_default_threads_move_to_one_thread_when_it_is_faster():
     finally:
         env.close()
         fixed.close()
+
+
+def test_a_missing_mujoco_is_named():
+    import subprocess
+    import sys
+
+    code = ("import sys; sys.modules['mujoco'] = None\n"
+            "import envfleet\n"
+            "try:\n"
+            "    envfleet.make('Hopper-v5', 1)\n"
+            "except ImportError as error:\n"
+            "    print(error)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert "Hopper-v5 needs mujoco" in proc.stdout, proc.stdout + proc.stderr

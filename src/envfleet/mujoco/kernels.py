@@ -1,10 +1,13 @@
 """The compiled step loop of the MuJoCo engine: a numba ``prange`` over envs that calls
 MuJoCo's C API (``mj_step``, ``mj_rnePostConstraint``; ctypes functions passed in as an
 argument) on each env's ``mjData`` with the GIL released, then computes Gymnasium's v5
-observation, reward, termination and info entries from the env's ``qpos``/``qvel``.
+observation, reward, termination and info entries from the env's ``mjData`` arrays
+(``locomotion_step``: HalfCheetah, Hopper, Walker2d, Swimmer, Ant; ``arm_step``: the
+pendulums, Reacher, Pusher; ``humanoid_step``: Humanoid, HumanoidStandup).
 
 Each env's arrays are read in place through their addresses (``_f64_at``): the ``mjData``
-buffers MuJoCo's Python objects own, never copied. Nothing is allocated.
+buffers MuJoCo's Python objects own, never copied. Per env and step only tiny scratch arrays
+(Ant's clipped contact forces, Humanoid's centres of mass) are allocated.
 """
 
 from __future__ import annotations

@@ -166,6 +166,11 @@ def make_mujoco(env_id: str, num_envs: int, *,
     """``num_envs`` envs of the v5 id ``env_id`` with Gymnasium's keyword arguments
     (``FAMILIES[env_id].defaults``); see ``MujocoVectorEnv``."""
     mode = check_make_arguments(num_envs, autoreset_mode, seed, None)
+    try:
+        import mujoco  # noqa: F401
+    except ImportError:
+        raise ImportError(f"{env_id} needs mujoco (as Gymnasium's env): pip install "
+                          f"'gymnasium[mujoco]'") from None
     family = FAMILIES[env_id]
     unknown = sorted(set(options) - set(family.defaults))
     if unknown:
