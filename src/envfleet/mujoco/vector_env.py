@@ -134,9 +134,6 @@ FAMILIES: dict[str, Family] = {
         "pusher", 0, 1, ("reward_dist", "reward_ctrl", "reward_near"), (), k.PUSHER, 100),
 }
 
-_MODES = (AutoresetMode.NEXT_STEP, AutoresetMode.SAME_STEP, AutoresetMode.DISABLED)
-
-
 def is_mujoco_id(env_id: str) -> bool:
     """Whether the engine runs ``env_id`` (the v5 ids of ``FAMILIES``)."""
     return env_id in FAMILIES
@@ -306,7 +303,6 @@ class MujocoVectorEnv(VectorContract):
         self.pending = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
         self.needs_reset = np.zeros(num_envs, np.bool_)
-        self._reset_rows = np.zeros(num_envs, np.bool_)
         self._has_reset = False
         self._closed = False
 
