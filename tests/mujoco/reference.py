@@ -30,10 +30,18 @@ def lockstep(env_id: str, num_envs: int, steps: int, *, seed: int = 3,
     ``gym.make(env_id, **kwargs)`` per index with the same uniform random actions (``scale``
     times the action bounds: above 1, out of range), asserting equal observations, rewards,
     flags and info entries at every step (``final_obs``/``final_info`` in SAME_STEP; DISABLED
-    resets the ended envs with a mask). Returns how many episodes ended."""
-    env = envfleet.make(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode, **kwargs)
+    resets the ended envs with a mask). ``model_params``: reference env i's model fields set
+    to row i. Returns how many episodes ended."""
+    model_params = kwargs.pop("model_params", None)
+    env = envfleet.make(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode,
+                        model_params=model_params, **kwargs)
     assert isinstance(env, MujocoVectorEnv)  # the engine, not Gymnasium's env on the pool
     refs = [gym.make(env_id, **kwargs) for _ in range(num_envs)]
+    for i, ref in enumerate(refs):  # env i's model with its own values (domain randomisation)
+        for name, values in (model_params or {}).items():
+            model = ref.unwrapped.model
+            target = model.opt if name.startswith("opt.") else model
+            getattr(target, name.removeprefix("opt."))[...] = values[i]
     try:
         obs, info = env.reset()
         for i, ref in enumerate(refs):

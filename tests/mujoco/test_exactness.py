@@ -161,3 +161,52 @@ def test_humanoid_standup_non_default_kwargs():
              impact_cost_weight=1e-3, impact_cost_range=(0.0, 0.2), reset_noise_scale=0.1,
              include_cvel_in_observation=False, include_cfrc_ext_in_observation=False,
              frame_skip=3)
+
+
+def _randomised(num_envs: int, **fields: tuple[tuple[int, ...], float]) -> dict:
+    """Per-env model values: each field's default scaled by a different factor per env."""
+
+    rng = np.random.default_rng(0)
+    return {name: np.stack([base * rng.uniform(1 - spread, 1 + spread, base.shape)
+                            for _ in range(num_envs)])
+            for name, (base, spread) in fields.items()}
+
+
+@pytest.mark.parametrize("mode", ["NextStep", "SameStep"])
+def test_hopper_per_env_model_parameters(mode):
+    """Domain randomisation: env i's gravity, masses, friction and gear are its own; it steps
+    as Gymnasium's env whose model got those values."""
+    import gymnasium as gym
+
+    model = gym.make("Hopper-v5").unwrapped.model
+    params = _randomised(3, **{"opt.gravity": (model.opt.gravity, 0.3),
+                               "body_mass": (model.body_mass, 0.5),
+                               "geom_friction": (model.geom_friction, 0.5),
+                               "actuator_gear": (model.actuator_gear, 0.5)})
+    assert lockstep("Hopper-v5", 3, 40, autoreset_mode=mode, max_episode_steps=25,
+                    model_params=params) >= 3
+
+
+def test_humanoid_per_env_masses():
+    """Humanoid's centre of mass uses each env's own body masses."""
+    import gymnasium as gym
+
+    model = gym.make("Humanoid-v5").unwrapped.model
+    lockstep("Humanoid-v5", 2, 15, model_params=_randomised(
+        2, body_mass=(model.body_mass, 0.4), **{"opt.gravity": (model.opt.gravity, 0.2)}))
+
+
+def test_per_env_model_parameters_are_checked():
+    import envfleet
+
+    with pytest.raises(ValueError,
+                       match=r"model_params\['body_mass'\] must have shape \(2, 5\)"):
+        envfleet.make("Hopper-v5", 2, model_params={"body_mass": np.ones((3, 5))})
+    with pytest.raises(ValueError, match=r"'opt\.timestep' is not a per-env MjModel field"):
+        envfleet.make("Hopper-v5", 2, model_params={"opt.timestep": np.ones((2,))})
+    with pytest.raises(ValueError, match="'nq' is not a per-env MjModel field"):
+        envfleet.make("Hopper-v5", 2, model_params={"nq": np.ones(2)})
+    bad = np.ones((2, 3))
+    bad[1, 2] = np.nan
+    with pytest.raises(ValueError, match="env 1's are not"):
+        envfleet.make("Hopper-v5", 2, model_params={"opt.gravity": bad})

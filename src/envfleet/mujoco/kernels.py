@@ -142,7 +142,7 @@ def _clipped_sum_of_squares(values: Any, lo: float, hi: float) -> float:
     return pairwise_sum_of_squares(clipped)
 
 
-def _locomotion_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any,
+def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any,
                      ctrl_at: Any, xy_at: Any, cfrc_at: Any, nq: int, nv: int, nbody: int,
                      actions: Any, ctrl_weight: Any, active: Any, frame_skip: int,
                      flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
@@ -169,6 +169,7 @@ def _locomotion_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any
             ctrl[k] = action[k]
         x_before = xy[0]
         y_before = xy[1] if dims == 2 else 0.0
+        model = models[i]  # one per env (per-env model parameters), else the same
         for _ in range(frame_skip):
             mj.step(model, data)
         mj.rne_post_constraint(model, data)
@@ -234,7 +235,7 @@ def _locomotion_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any
     return ended
 
 
-def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_at: Any,
+def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_at: Any,
               xpos_at: Any, site_at: Any, qfrc_at: Any, nq: int, nv: int, bodies: Any,
               actions: Any, ctrl_weight: Any, active: Any, frame_skip: int, kind: int,
               params: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
@@ -254,6 +255,7 @@ def _arm_step(mj: Any, model: int, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
+        model = models[i]  # one per env (per-env model parameters), else the same
         for _ in range(frame_skip):
             mj.step(model, data)
         mj.rne_post_constraint(model, data)
@@ -345,8 +347,8 @@ def _mass_center(xipos: Any, mass: Any, total: float, out: Any) -> None:
         out[j] = (0.0 + acc) / total
 
 
-def _humanoid_step(mj: Any, model: int, datas: Any, at: Any, nq: int, nv: int, nbody: int,
-                   ntendon: int, mass: Any, actions: Any, active: Any, frame_skip: int,
+def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, nbody: int,
+                   ntendon: int, mass: Any, totals: Any, actions: Any, active: Any, frame_skip: int,
                    flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
                    truncated: Any, elapsed: Any, max_steps: int, info: Any,
                    tendon_length: Any, tendon_velocity: Any) -> int:
@@ -354,7 +356,8 @@ def _humanoid_step(mj: Any, model: int, datas: Any, at: Any, nq: int, nv: int, n
     their v5 ``step`` and ``TimeLimit``: the observation (``qpos[skip:]``, ``qvel``, and as
     included ``cinert[1:]``, ``cvel[1:]``, ``qfrc_actuator[6:]``, ``cfrc_ext[1:]``), the
     costs of ``data.ctrl`` and ``cfrc_ext`` (clipped), Humanoid's centre-of-mass velocity and
-    health, the tendons. Returns the number of episodes that ended."""
+    health (``mass``, ``totals``: each env's body masses and their sum), the tendons. Returns
+    the number of episodes that ended."""
     ended = 0
     standup, skip = flags[H_STANDUP], flags[H_SKIP]
     for i in prange(datas.size):
@@ -373,7 +376,8 @@ def _humanoid_step(mj: Any, model: int, datas: Any, at: Any, nq: int, nv: int, n
         before = np.empty(2)
         after = np.empty(2)
         if not standup:
-            _mass_center(xipos, mass, params[H_MASS], before)
+            _mass_center(xipos, mass[i], totals[i], before)
+        model = models[i]  # one per env (per-env model parameters), else the same
         for _ in range(frame_skip):
             mj.step(model, data)
         mj.rne_post_constraint(model, data)
@@ -389,7 +393,7 @@ def _humanoid_step(mj: Any, model: int, datas: Any, at: Any, nq: int, nv: int, n
             info[REWARD_IMPACT, i] = -contact
             info[Z_DISTANCE, i] = qpos[2] - params[H_INIT_Z]
         else:
-            _mass_center(xipos, mass, params[H_MASS], after)
+            _mass_center(xipos, mass[i], totals[i], after)
             x_velocity = (after[0] - before[0]) / params[H_DT]
             y_velocity = (after[1] - before[1]) / params[H_DT]
             forward = params[H_FORWARD] * x_velocity

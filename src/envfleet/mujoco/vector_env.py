@@ -159,6 +159,7 @@ def make_mujoco(env_id: str, num_envs: int, *,
                 autoreset_mode: AutoresetMode | str = AutoresetMode.NEXT_STEP,
                 seed: int | None = None, copy: bool = True,
                 max_episode_steps: int | None = None, num_threads: int | None = None,
+                model_params: dict[str, Any] | None = None,
                 **options: Any) -> MujocoVectorEnv:
     """``num_envs`` envs of the v5 id ``env_id`` with Gymnasium's keyword arguments
     (``FAMILIES[env_id].defaults``); see ``MujocoVectorEnv``."""
@@ -190,7 +191,7 @@ def make_mujoco(env_id: str, num_envs: int, *,
                              f"got {num_threads!r}")
     return MujocoVectorEnv(env_id, num_envs, family, settings, autoreset_mode=mode, seed=seed,
                            copy=copy, max_episode_steps=max_episode_steps,
-                           num_threads=num_threads)
+                           num_threads=num_threads, model_params=model_params)
 
 
 class MujocoVectorEnv(VectorContract):
@@ -200,7 +201,8 @@ class MujocoVectorEnv(VectorContract):
 
     def __init__(self, env_id: str, num_envs: int, family: Family, settings: dict[str, Any],
                  *, autoreset_mode: AutoresetMode, seed: int | None, copy: bool,
-                 max_episode_steps: int, num_threads: int | None) -> None:
+                 max_episode_steps: int, num_threads: int | None,
+                 model_params: dict[str, Any] | None = None) -> None:
         import mujoco
 
         self.env_id, self.num_envs, self.family = env_id, num_envs, family
@@ -216,6 +218,9 @@ class MujocoVectorEnv(VectorContract):
         self.model = _load_model(settings["xml_file"])
         self.datas = [mujoco.MjData(self.model) for _ in range(num_envs)]
         m = self.model
+        #: each env's model: its own copy when ``model_params`` gives it its own values
+        self.models = _env_models(m, num_envs, model_params or {})
+        self._models = np.array([model._address for model in self.models], np.int64)
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
@@ -276,7 +281,8 @@ class MujocoVectorEnv(VectorContract):
             self._at = np.stack([k.addresses([getattr(d, name) for d in self.datas]) for name in (
                 "qpos", "qvel", "ctrl", "xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext",
                 "ten_length", "ten_velocity")], axis=1)
-            self._mass = m.body_mass.copy()
+            self._mass = np.stack([model.body_mass for model in self.models])
+            self._totals = np.array([model.body_mass.sum() for model in self.models])
             self._humanoid_flags = np.array([family.humanoid == 2, self.skip,
                                              bool(settings.get("terminate_when_unhealthy")),
                                              *self._included], np.int64)
@@ -318,7 +324,7 @@ class MujocoVectorEnv(VectorContract):
         params[k.H_CONTACT_WEIGHT] = s["impact_cost_weight" if standup else "contact_cost_weight"]
         params[k.H_CONTACT_LO], params[k.H_CONTACT_HI] = s[
             "impact_cost_range" if standup else "contact_cost_range"]
-        params[k.H_MASS] = self.model.body_mass.sum()
+        params[k.H_MASS] = self.model.body_mass.sum()  # (each env's: ``_totals``)
         params[k.H_TIMESTEP] = self.model.opt.timestep
         params[k.H_INIT_Z] = self.init_qpos[2]
         return params
@@ -350,7 +356,7 @@ class MujocoVectorEnv(VectorContract):
         if seed is not None or self.rngs[i] is None:
             self.rngs[i], _ = seeding.np_random(seed)
         rng = self.rngs[i]
-        mujoco.mj_resetData(self.model, data)
+        mujoco.mj_resetData(self.models[i], data)
         if self.family.qvel_noise == "reacher":
             qpos, qvel = self._reacher_noise(rng)
         elif self.family.qvel_noise == "pusher":
@@ -369,7 +375,7 @@ class MujocoVectorEnv(VectorContract):
         data.qvel[:] = qvel
         if self.model.na == 0:
             data.act[:] = None
-        mujoco.mj_forward(self.model, data)
+        mujoco.mj_forward(self.models[i], data)
         self.elapsed[i] = 0
         if self.family.arm is not None:
             self.obs[i] = self._arm_obs(data)
@@ -572,21 +578,21 @@ class MujocoVectorEnv(VectorContract):
         """The family's compiled loop over the ``active`` envs."""
         if self.family.humanoid:
             return int(self._step(
-                self._functions, self.model._address, self._datas, self._at, self.nq,
-                self.nv, self.nbody, self.model.ntendon, self._mass, batch, active,
+                self._functions, self._models, self._datas, self._at, self.nq,
+                self.nv, self.nbody, self.model.ntendon, self._mass, self._totals, batch, active,
                 self.frame_skip, self._humanoid_flags, self._humanoid_params, self.obs,
                 self.rewards, self.terminated, self.truncated, self.elapsed,
                 self.max_episode_steps, self._info, self.info["tendon_length"],
                 self.info["tendon_velocity"]))
         if self.family.arm is None:
             return int(self._step(
-                self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+                self._functions, self._models, self._datas, self._qpos, self._qvel,
                 self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch, weight,
                 active, self.frame_skip, self._flags, self._params, self.obs, self.rewards,
                 self.terminated, self.truncated, self.elapsed, self.max_episode_steps,
                 self._info))
         return int(self._step(
-            self._functions, self.model._address, self._datas, self._qpos, self._qvel,
+            self._functions, self._models, self._datas, self._qpos, self._qvel,
             self._ctrl, self._xpos, self._site, self._qfrc, self.nq, self.nv, self._bodies,
             batch, weight, active, self.frame_skip, self.family.arm, self._params, self.obs,
             self.rewards, self.terminated, self.truncated, self.elapsed,
@@ -635,6 +641,51 @@ class MujocoVectorEnv(VectorContract):
     def __repr__(self) -> str:
         return f"MujocoVectorEnv({self.env_id}, num_envs={self.num_envs})"
 
+
+
+#: model fields ``model_params`` refuses: they change what the engine computes once per batch
+#: (dt, sizes), not just the physics
+_FIXED_FIELDS = ("opt.timestep",)
+
+
+def _env_models(model: Any, num_envs: int, params: dict[str, Any]) -> list[Any]:
+    """One model per env: ``model`` itself for all without ``params``; else a copy each, whose
+    fields named in ``params`` (``MjModel`` array attributes such as ``body_mass``,
+    ``geom_friction``, ``actuator_gear``, or ``opt.<field>`` such as ``opt.gravity``) get row i
+    of the given ``(num_envs, *field shape)`` values: env i steps as ``gymnasium.make``'s env
+    with ``env.unwrapped.model.<field>[:] = values[i]``."""
+    if not params:
+        return [model] * num_envs
+    import copy
+
+    checked = {}
+    for name, values in params.items():
+        target = model.opt if name.startswith("opt.") else model
+        field = name.removeprefix("opt.")
+        current = getattr(target, field, None) if isinstance(name, str) else None
+        if name in _FIXED_FIELDS or not isinstance(current, np.ndarray):
+            raise ValueError(f"model_params: {name!r} is not a per-env MjModel field (an array "
+                             f"attribute such as 'body_mass', 'geom_friction', "
+                             f"'actuator_gear', or 'opt.gravity'; not {_FIXED_FIELDS})")
+        array = np.asarray(values)
+        expected = (num_envs, *current.shape)
+        if array.shape != expected:
+            raise ValueError(f"model_params[{name!r}] must have shape {expected} (num_envs, "
+                             f"*{name}'s shape), got {array.shape}")
+        if array.dtype.kind not in "iuf" or not np.isfinite(array).all():
+            bad = np.flatnonzero(~np.isfinite(array.reshape(num_envs, -1)).all(axis=1)) if (
+                array.dtype.kind in "iuf") else np.array([0])
+            raise ValueError(f"model_params[{name!r}] must be finite numbers; env "
+                             f"{int(bad[0])}'s are not")
+        checked[name] = array
+    models = []
+    for i in range(num_envs):
+        own = copy.copy(model)
+        for name, array in checked.items():
+            target = own.opt if name.startswith("opt.") else own
+            getattr(target, name.removeprefix("opt."))[...] = array[i]
+        models.append(own)
+    return models
 
 
 def _where(rows: np.ndarray, values: np.ndarray) -> np.ndarray:
