@@ -28,8 +28,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # the kernel contract and the engines, native construction, make()'s memory estimate:
     # nothing env-specific
     ("native", ("envfleet.native", "envfleet.memory")),
-    # the native families, and the batched engines over C simulators (Atari)
-    ("envs", ("envfleet.envs", "envfleet.atari")),
+    # the native families, and the batched engines over C simulators (Atari, MuJoCo)
+    ("envs", ("envfleet.envs", "envfleet.atari", "envfleet.mujoco")),
     ("executors", ("envfleet.executors",)),  # N copies of any Gymnasium env
     ("registry", ("envfleet.registry",)),  # make(): env id + backend -> VectorEnv
     # the public faces over make(): the package itself, SB3, Chess-v0's API

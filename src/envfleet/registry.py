@@ -34,6 +34,7 @@ from envfleet.backends import (
 from envfleet.contract import check_make_arguments, check_single_action
 from envfleet.envs import FAMILIES, NATIVE_ENVS
 from envfleet.memory import check_executor_memory
+from envfleet.mujoco import is_mujoco_id, make_mujoco
 from envfleet.native.build import build_native, native_backend_status
 from envfleet.native.spec import (
     UNLIMITED_STEPS,
@@ -227,7 +228,10 @@ def make(
     ``subprocess``, ``pool``). ``backend="auto"`` picks ``numba`` for native ids, ``pool``
     otherwise; for ``ALE/<Game>-v5`` it picks the Atari engine (``envfleet.atari``: the
     standard preprocessing, bit for bit Gymnasium's ``AtariPreprocessing`` +
-    ``FrameStackObservation``), while the executors keep running the raw env.
+    ``FrameStackObservation``), while the executors keep running the raw env; for
+    the MuJoCo v5 ids of ``envfleet.mujoco.FAMILIES`` (HalfCheetah-v5, Hopper-v5, Ant-v5...)
+    the MuJoCo engine (bit for bit Gymnasium's env), while the executors keep running
+    Gymnasium's.
 
     Backend options go in ``env_kwargs``: ``num_threads`` (numba), ``threads_per_block``
     (cuda), ``device`` (torch), ``num_workers`` and ``batch_size`` (pool; ``batch_size <
@@ -247,6 +251,9 @@ def make(
         if backend == "auto" and native is None and is_atari_id(env):  # the Atari engine
             return make_atari(env, num_envs, autoreset_mode=autoreset_mode, seed=seed,
                               copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
+        if backend == "auto" and native is None and is_mujoco_id(env):  # the MuJoCo engine
+            return make_mujoco(env, num_envs, autoreset_mode=autoreset_mode, seed=seed,
+                               copy=copy, max_episode_steps=max_episode_steps, **env_kwargs)
         if backend == "auto":
             backend = "numba" if native else "pool"
     elif callable(env) or (isinstance(env, Sequence) and env and all(map(callable, env))):

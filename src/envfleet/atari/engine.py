@@ -14,7 +14,6 @@ and once per episode (the next episode's no-op count).
 from __future__ import annotations
 
 import fractions
-import statistics
 import time
 from collections import deque
 from typing import Any
@@ -32,7 +31,7 @@ from envfleet.atari.ale import (
 )
 from envfleet.atari.kernels import compiled_resize_applies, kernels, resize_tables
 from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
-from envfleet.native.numba_backend import PROBE_EVERY, SWITCH_MARGIN, default_threads
+from envfleet.native.numba_backend import ThreadChoice, default_threads
 
 
 def batched_resize_is_exact(height: int, out_height: int) -> bool:
@@ -74,15 +73,8 @@ class AtariEngine:
         self.rom = roms.get_rom_path(game)
         self.game_mode, self.difficulty = game_mode, difficulty
         self.num_threads = default_threads() if num_threads is None else num_threads
-        #: default threads adapt (as the numba engine's): every ``PROBE_EVERY`` steps one step
-        #: runs on the other count (1 or ``num_threads``) and is timed; the other count takes
-        #: over when its recent steps were clearly faster (a loaded machine: a small batch
-        #: waits for a descheduled thread at each step's end). Same results either way.
-        self.adaptive = num_threads is None and self.num_threads > 1
-        self.active_threads = self.num_threads
-        self._times: dict[int, deque[float]] = {1: deque(maxlen=3),
-                                                 self.num_threads: deque(maxlen=3)}
-        self._calls, self._probing = 0, False
+        #: default threads adapt (``ThreadChoice``, shared with the MuJoCo engine)
+        self.threads = ThreadChoice(self.num_threads, adaptive=num_threads is None)
         ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)
         self.ales = []
         for _ in range(num_envs):  # AtariEnv.__init__'s settings
@@ -208,7 +200,7 @@ class AtariEngine:
         """Step every env with its action (checked first); returns the episodes that
         ended."""
         actions = self.check_actions(actions)
-        threads, timed = self._threads_for_step()
+        threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
         # envs handed out one at a time (dynamically): a thread the OS deschedules holds up
@@ -220,7 +212,7 @@ class AtariEngine:
                 self.targets0, self.targets1, *self._flat, self.rewards, self.terminated,
                 self.truncated, self.was_reset, self.tables, self.scratch, self._flat_resized)
         if timed:
-            self._times[threads].append(time.perf_counter() - start)
+            self.threads.record(threads, time.perf_counter() - start)
         if self.was_reset.any():
             self._next_noops(self.was_reset)
         np.logical_not(self.was_reset, out=self._stepped)
@@ -239,27 +231,19 @@ class AtariEngine:
                 self.needs_reset |= done
         return int(ended)
 
-    def _threads_for_step(self) -> tuple[int, bool]:
-        """(threads for this step, whether to time it): the current count, or when a probe
-        is due (every ``PROBE_EVERY`` steps) the other one for two steps, after switching to
-        it when its recent steps were clearly faster (``SWITCH_MARGIN``); the probe's first
-        step (threads waking, rows moving between caches) is not timed."""
-        if not self.adaptive:
-            return self.num_threads, False
-        other = 1 if self.active_threads > 1 else self.num_threads
-        if self._probing:
-            self._probing, self._calls = False, 0
-            return other, True
-        self._calls += 1
-        if self._calls < PROBE_EVERY - 1:
-            return self.active_threads, True
-        times = self._times
-        if times[other] and times[self.active_threads] and (
-                statistics.median(times[other])
-                < SWITCH_MARGIN * statistics.median(times[self.active_threads])):
-            self.active_threads, other = other, self.active_threads
-        self._probing = True
-        return other, False
+    @property
+    def adaptive(self) -> bool:
+        """Whether the threads adapt (default threads: ``ThreadChoice``)."""
+        return self.threads.adaptive
+
+    @property
+    def active_threads(self) -> int:
+        """The thread count steps run on (between probes)."""
+        return self.threads.active_threads
+
+    @property
+    def _times(self) -> dict[int, deque[float]]:
+        return self.threads.times
 
     def _reset_unseeded(self, mask: np.ndarray) -> None:
         """Reset the masked envs without reseeding them, in the compiled loop."""

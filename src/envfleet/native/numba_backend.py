@@ -123,6 +123,49 @@ def default_threads() -> int:
     return max(1, min(usable_cores(), numba.config.NUMBA_NUM_THREADS))
 
 
+class ThreadChoice:
+    """Default threads for an engine whose loop calls a C simulator over the envs (Atari,
+    MuJoCo): every ``PROBE_EVERY`` steps one step runs on the other count (1 or
+    ``num_threads``) and is timed; the other count takes over when its recent steps were
+    clearly faster (``SWITCH_MARGIN``: a loaded machine, where a small batch waits for a
+    descheduled thread at each step's end). Same results either way. Explicit threads
+    (``adaptive=False``) stay as given."""
+
+    def __init__(self, num_threads: int, adaptive: bool) -> None:
+        self.num_threads = num_threads
+        self.adaptive = adaptive and num_threads > 1
+        self.active_threads = num_threads
+        #: recent timed steps (seconds) by thread count
+        self.times: dict[int, deque[float]] = {1: deque(maxlen=3), num_threads: deque(maxlen=3)}
+        self._calls, self._probing = 0, False
+
+    def for_step(self) -> tuple[int, bool]:
+        """(threads for this step, whether to time it): the current count, or when a probe
+        is due (every ``PROBE_EVERY`` steps) the other one for two steps, after switching to
+        it when its recent steps were clearly faster (``SWITCH_MARGIN``); the probe's first
+        step (threads waking, rows moving between caches) is not timed."""
+        if not self.adaptive:
+            return self.num_threads, False
+        other = 1 if self.active_threads > 1 else self.num_threads
+        if self._probing:
+            self._probing, self._calls = False, 0
+            return other, True
+        self._calls += 1
+        if self._calls < PROBE_EVERY - 1:
+            return self.active_threads, True
+        times = self.times
+        if times[other] and times[self.active_threads] and (
+                statistics.median(times[other])
+                < SWITCH_MARGIN * statistics.median(times[self.active_threads])):
+            self.active_threads, other = other, self.active_threads
+        self._probing = True
+        return other, False
+
+    def record(self, threads: int, seconds: float) -> None:
+        """A timed step's duration on ``threads``."""
+        self.times[threads].append(seconds)
+
+
 @functools.cache
 def info_copier(spec: NativeEnvSpec) -> Callable[..., None]:
     """``copy_info(i, state, out)``: env i's rows of ``spec.info_columns`` into the arrays of
