@@ -80,6 +80,8 @@ def test_train_breakout_tiny_then_load(monkeypatch, tmp_path):
     env = envfleet.make(ENV, 2, seed=0)
     agent, saved = checkpoint.load(str(policy), env)  # the CNN comes back from the file
     assert saved["cnn"] is True and agent.network is not None
+    # trained on the engine's stacked frames (backend "auto"; "pool" would be raw RGB frames)
+    assert agent.network[0].weight.shape == (32, 4, 8, 8) and saved["backend"] == "auto"
     obs, _ = env.reset()
     assert agent.greedy(agent.features(torch.as_tensor(obs)), None).shape == (2,)
     env.close()
