@@ -19,8 +19,8 @@ from tests import example_stand_ins, test_readme
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 #: the examples this module runs (each skipped where a module it imports is missing)
-RUN_HERE = ("cleanrl_ppo.py", "sb3_ppo.py", "pettingzoo_chess.py", "tianshou_dqn.py",
-            "torchrl_ppo.py")
+RUN_HERE = ("cleanrl_ppo.py", "cleanrl_ppo_atari_envpool.py", "sb3_ppo.py",
+            "pettingzoo_chess.py", "tianshou_dqn.py", "torchrl_ppo.py")
 CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
 #: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
 RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
@@ -74,6 +74,48 @@ def test_cleanrl_ppo_prints_episode_returns(tmp_path):
     assert len(returns) >= 4, out  # ~45 random-play episodes of ~22 steps in 1024 steps
     assert all(r == int(r) and 1 <= r <= 500 for r in returns), returns
     assert len(re.findall(r"^SPS: \d+$", out, re.MULTILINE)) == 1024 // (64 * 4), out
+
+
+#: what CleanRL's ppo_atari_envpool.py does with EnvPool's env (its setup, its
+#: RecordEpisodeStatistics' bookkeeping, its logging line), random actions for the policy
+ENVPOOL_CLIENT = """
+import envpool
+import numpy as np
+
+envs = envpool.make("Breakout-v5", env_type="gym", num_envs=2, episodic_life=True,
+                    reward_clip=True)
+envs.num_envs = 2
+envs.single_action_space = envs.action_space
+envs.single_observation_space = envs.observation_space
+obs = envs.reset()
+assert obs.shape == (2, *envs.single_observation_space.shape) == (2, 4, 84, 84)
+episode_returns, lives_lost = np.zeros(2), 0
+rng = np.random.default_rng(0)
+for step in range(1500):
+    obs, reward, done, info = envs.step(rng.integers(0, envs.single_action_space.n, 2))
+    assert set(np.unique(reward)) <= {-1.0, 0.0, 1.0} and (info["reward"] >= reward).all()
+    episode_returns += info["reward"]
+    for idx, d in enumerate(done):
+        if d and info["lives"][idx] == 0:
+            print(f"global_step={step}, episodic_return={episode_returns[idx]}")
+        elif d:
+            lives_lost += 1
+    episode_returns *= 1 - info["terminated"]
+print(f"lives_lost={lives_lost}")
+"""
+
+
+def test_cleanrl_ppo_atari_envpool_swaps_only_the_env(tmp_path):
+    """The runner puts envfleet's ``make`` where CleanRL's script imports envpool: EnvPool's
+    gym API and info keys, a lost life ends an episode for the learner (done, lives left),
+    whole games' unclipped returns are logged as CleanRL's script logs them."""
+    client = tmp_path / "client.py"
+    client.write_text(ENVPOOL_CLIENT)
+    out = run_example("cleanrl_ppo_atari_envpool.py", str(client), cwd=tmp_path)
+    returns = [float(r) for r in re.findall(r"^global_step=\d+, episodic_return=(\S+)$", out,
+                                            re.MULTILINE)]
+    assert returns and all(r == int(r) and r >= 0 for r in returns), out
+    assert int(re.search(r"^lives_lost=(\d+)$", out, re.MULTILINE).group(1)) >= 4, out
 
 
 def test_sb3_ppo_logs_episodes_and_evaluates(tmp_path):

@@ -60,6 +60,7 @@ class AtariEngine:
 
     def __init__(self, game: str, num_envs: int, *, mode: int, noop_max: int, frame_skip: int,
                  screen_size: tuple[int, int], terminal_on_life_loss: bool, stack_size: int,
+                 episodic_life: bool, reward_clip: bool,
                  repeat_action_probability: float, full_action_space: bool,
                  max_num_frames_per_episode: int | None, game_mode: int | None,
                  difficulty: int | None, num_threads: int | None) -> None:
@@ -70,6 +71,7 @@ class AtariEngine:
         self.num_envs, self.mode = num_envs, mode
         self.noop_max, self.frame_skip = noop_max, frame_skip
         self.life_loss, self.stack_size = terminal_on_life_loss, stack_size
+        self.episodic_life, self.reward_clip = episodic_life, reward_clip
         self.rom = roms.get_rom_path(game)
         self.game_mode, self.difficulty = game_mode, difficulty
         self.num_threads = default_threads() if num_threads is None else num_threads
@@ -116,6 +118,10 @@ class AtariEngine:
         self._flat_resized = self.resized.reshape(num_envs, -1)
         self.obs = np.zeros((num_envs, stack_size, out_h, out_w), np.uint8)
         self.rewards = np.zeros(num_envs, np.float64)
+        #: the unclipped rewards (``reward_clip``) and whether the game itself is over
+        #: (``episodic_life``: a lost life is ``terminated``, not a game over)
+        self.raw_rewards = np.zeros(num_envs, np.float64)
+        self.game_over = np.zeros(num_envs, np.bool_)
         self.terminated = np.zeros(num_envs, np.bool_)
         self.truncated = np.zeros(num_envs, np.bool_)
         self.final_obs = np.zeros_like(self.obs)
@@ -125,6 +131,8 @@ class AtariEngine:
         self.pending = np.zeros(num_envs, np.bool_)
         self.needs_reset = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
+        #: the rows of ``was_reset`` whose game went on (``episodic_life``): their stacks shift
+        self.continued = np.zeros(num_envs, np.bool_)
         self._all = np.ones(num_envs, np.bool_)
         self._none = np.zeros(num_envs, np.bool_)
         self._stepped = np.zeros(num_envs, np.bool_)
@@ -179,6 +187,8 @@ class AtariEngine:
         self._next_noops(mask)
         self.pending[mask] = False
         self.needs_reset[mask] = False
+        self.game_over[mask] = False
+        self.raw_rewards[mask] = 0.0
         self._observe(reset_rows=mask, step_rows=self._none)
 
     def check_actions(self, actions: Any) -> np.ndarray:
@@ -208,15 +218,21 @@ class AtariEngine:
         with numba.parallel_chunksize(1):
             ended = self._kernels.step(
                 self.entry_points, self.pointers, self.codes, actions, self.pending,
-                self.noops, self.noop.value, self.frame_skip, self.life_loss, self.lives,
-                self.targets0, self.targets1, *self._flat, self.rewards, self.terminated,
-                self.truncated, self.was_reset, self.tables, self.scratch, self._flat_resized)
+                self.noops, self.noop.value, self.frame_skip, self.life_loss,
+                self.episodic_life, self.reward_clip, self.lives, self.targets0, self.targets1,
+                *self._flat, self.rewards, self.raw_rewards, self.terminated, self.truncated,
+                self.game_over, self.was_reset, self.continued, self.tables, self.scratch,
+                self._flat_resized)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
         if self.was_reset.any():
             self._next_noops(self.was_reset)
-        np.logical_not(self.was_reset, out=self._stepped)
-        self._observe(reset_rows=self.was_reset, step_rows=self._stepped)
+        if self.episodic_life and self.continued.any():  # a life lost: the stack goes on
+            np.logical_or(~self.was_reset, self.continued, out=self._stepped)
+            self._observe(reset_rows=self.was_reset & ~self.continued, step_rows=self._stepped)
+        else:
+            np.logical_not(self.was_reset, out=self._stepped)
+            self._observe(reset_rows=self.was_reset, step_rows=self._stepped)
         if ended:
             done = self.ended_mask()
             if self.mode == 0:  # NEXT_STEP

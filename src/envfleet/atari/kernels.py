@@ -53,19 +53,24 @@ def kernels() -> Kernels:
 
 @numba.njit(nogil=True, error_model="numpy")
 def _reset_one(ale: Any, i: int, pointer: int, noops: int, noop_code: int, lives: Any,
-               target0: int, frames1: Any) -> None:
+               target0: int, frames1: Any, restart: bool = True) -> bool:
     """``AtariPreprocessing.reset()`` (no seed): ``reset_game``, the no-ops (a game they
-    end is reset again), the lives, the first frame; the second frame buffer zeroed."""
-    ale.reset_game(pointer)
+    end is reset again), the lives, the first frame; the second frame buffer zeroed.
+    ``restart`` False (``episodic_life`` after a lost life, as EnvPool): no ``reset_game``,
+    the game goes on. Returns whether the game was reset."""
+    if restart:
+        ale.reset_game(pointer)
     for _ in range(noops):
         ale.act(pointer, noop_code, np.float32(1.0))
         if ale.game_over(pointer, False) or ale.game_truncated(pointer):
             ale.reset_game(pointer)
+            restart = True
     lives[i] = ale.lives(pointer)
     ale.grayscale(pointer, target0)
     row = frames1[i]
     for k in range(row.size):
         row[k] = 0
+    return restart
 
 
 def _reset_kernel(ale: Any, pointers: Any, mask: Any, noops: Any, noop_code: int, lives: Any,
@@ -81,28 +86,37 @@ def _reset_kernel(ale: Any, pointers: Any, mask: Any, noops: Any, noop_code: int
 
 
 def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any, noops: Any,
-                 noop_code: int, frame_skip: int, life_loss: bool, lives: Any, targets0: Any,
-                 targets1: Any, frames0: Any, frames1: Any, rewards: Any, terminated: Any,
-                 truncated: Any, was_reset: Any, tables: Any, scratch: Any,
+                 noop_code: int, frame_skip: int, life_loss: bool, episodic: bool,
+                 clip: bool, lives: Any, targets0: Any, targets1: Any, frames0: Any,
+                 frames1: Any, rewards: Any, raw_rewards: Any, terminated: Any, truncated: Any,
+                 game_over: Any, was_reset: Any, continued: Any, tables: Any, scratch: Any,
                  resized: Any) -> int:
     """Step every env: a pending one (NEXT_STEP) resets instead (reward 0, flags down,
-    ``was_reset``); the others repeat their action ``frame_skip`` frames, and their last two
-    frames are max-pooled into the first buffer (as the wrapper's). Returns the number of
-    episodes that ended."""
+    ``was_reset``; ``continued`` when ``episodic`` kept its game going after a lost life);
+    the others repeat their action ``frame_skip`` frames, and their last two frames are
+    max-pooled into the first buffer (as the wrapper's). ``episodic``: a lost life (lives
+    left) ends the episode after the frame skip (EnvPool's ``episodic_life``); ``clip``: the
+    reward is its sign (``raw_rewards`` keeps the sum). ``game_over``: the game itself ended.
+    Returns the number of episodes that ended."""
     ended = 0
     for i in prange(pointers.size):
         pointer = pointers[i]
         if pending[i]:
-            _reset_one(ale, i, pointer, noops[i], noop_code, lives, targets0[i], frames1)
+            restart = not episodic or game_over[i] or truncated[i]
+            continued[i] = not _reset_one(ale, i, pointer, noops[i], noop_code, lives,
+                                          targets0[i], frames1, restart)
             if tables[0].size:
                 area_resize(frames0[i], tables, scratch[i], resized[i])
             pending[i] = False
             was_reset[i] = True
             rewards[i] = 0.0
+            raw_rewards[i] = 0.0
             terminated[i] = False
             truncated[i] = False
+            game_over[i] = False
             continue
         was_reset[i] = False
+        continued[i] = False
         code = codes[actions[i]]
         total = 0.0
         over = False
@@ -121,8 +135,12 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
                 ale.grayscale(pointer, targets1[i])
             elif t == frame_skip - 1:
                 ale.grayscale(pointer, targets0[i])
+        game_over[i] = ale.game_over(pointer, False)
         if not life_loss:
-            lives[i] = ale.lives(pointer)
+            now = ale.lives(pointer)
+            if episodic and 0 < now < lives[i]:
+                over = True
+            lives[i] = now
         if frame_skip > 1:
             first, second = frames0[i], frames1[i]
             for k in range(first.size):
@@ -130,7 +148,8 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
                     first[k] = second[k]
         if tables[0].size:
             area_resize(frames0[i], tables, scratch[i], resized[i])
-        rewards[i] = total
+        raw_rewards[i] = total
+        rewards[i] = (1.0 if total > 0 else -1.0 if total < 0 else 0.0) if clip else total
         terminated[i] = over
         truncated[i] = cut
         if over or cut:

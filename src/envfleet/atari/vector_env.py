@@ -26,6 +26,10 @@ ATARI_PREFIX, ATARI_SUFFIX = "ALE/", "-v5"
 #: the id's registration
 PREPROCESSING_DEFAULTS: dict[str, Any] = {"noop_max": 30, "frame_skip": 4, "screen_size": 84,
                                           "terminal_on_life_loss": False, "stack_size": 4}
+#: EnvPool's training options (off: Gymnasium's env, bit for bit): ``episodic_life``, a lost
+#: life is ``terminated`` but the game goes on (NEXT_STEP's reset step only does the no-ops);
+#: ``reward_clip``, rewards are their sign (``info["reward"]``: unclipped)
+ENVPOOL_DEFAULTS: dict[str, Any] = {"episodic_life": False, "reward_clip": False}
 EMULATOR_OPTIONS = ("repeat_action_probability", "full_action_space",
                     "max_num_frames_per_episode", "mode", "difficulty")
 
@@ -97,13 +101,23 @@ def make_atari(env_id: str, num_envs: int, *,
         raise ValueError(f"{env_id}: episodes end as ALE/<Game>-v5's do, at "
                          f"max_num_frames_per_episode emulated frames (108000 by default); pass "
                          f"max_num_frames_per_episode instead of max_episode_steps")
-    unknown = sorted(set(options) - set(PREPROCESSING_DEFAULTS) - set(EMULATOR_OPTIONS))
+    unknown = sorted(set(options) - set(PREPROCESSING_DEFAULTS) - set(ENVPOOL_DEFAULTS)
+                     - set(EMULATOR_OPTIONS))
     if unknown:
         raise TypeError(f"{env_id}: unknown options {unknown}; the Atari engine takes "
-                        f"{', '.join([*PREPROCESSING_DEFAULTS, *EMULATOR_OPTIONS])}, "
-                        f"num_threads")
+                        f"{', '.join([*PREPROCESSING_DEFAULTS, *ENVPOOL_DEFAULTS])}, "
+                        f"{', '.join(EMULATOR_OPTIONS)}, num_threads")
     game, registered = _game(env_id)
-    settings = {**PREPROCESSING_DEFAULTS, **options}
+    settings = {**PREPROCESSING_DEFAULTS, **ENVPOOL_DEFAULTS, **options}
+    for name in ENVPOOL_DEFAULTS:
+        if not isinstance(settings[name], bool | np.bool_):
+            raise ValueError(f"{name} must be a bool, got {settings[name]!r}")
+    if settings["episodic_life"] and mode is not AutoresetMode.NEXT_STEP:
+        raise ValueError(f"{env_id}: episodic_life needs autoreset_mode NEXT_STEP (EnvPool's: "
+                         f"the step after a lost life continues the game), got {mode}")
+    if settings["episodic_life"] and settings["terminal_on_life_loss"]:
+        raise ValueError(f"{env_id}: episodic_life and terminal_on_life_loss both end an "
+                         f"episode at a lost life (EnvPool's way and Gymnasium's): pass one")
     frame_skip = _positive_int("frame_skip", settings["frame_skip"], 1)
     noop_max = _positive_int("noop_max", settings["noop_max"], 0)
     stack_size = _positive_int("stack_size", settings["stack_size"], 1)
@@ -127,6 +141,7 @@ def make_atari(env_id: str, num_envs: int, *,
         game, num_envs, mode=_MODES[mode], noop_max=noop_max, frame_skip=frame_skip,
         screen_size=_screen(settings["screen_size"]),
         terminal_on_life_loss=bool(settings["terminal_on_life_loss"]), stack_size=stack_size,
+        episodic_life=bool(settings["episodic_life"]), reward_clip=bool(settings["reward_clip"]),
         repeat_action_probability=sticky,
         full_action_space=bool(settings.get("full_action_space",
                                             registered.get("full_action_space", False))),
@@ -205,7 +220,15 @@ class AtariVectorEnv(VectorContract):
         return rollout(self, policy, num_steps, record)
 
     def _info(self) -> dict[str, Any]:
-        return {"lives": self._out(self.engine.lives), "_lives": self._info_true}
+        """``lives``; with EnvPool's options, EnvPool's keys: ``terminated`` (the game is
+        over, ``episodic_life``) and ``reward`` (unclipped, ``reward_clip``)."""
+        e = self.engine
+        info = {"lives": self._out(e.lives), "_lives": self._info_true}
+        if e.episodic_life:
+            info["terminated"], info["_terminated"] = self._out(e.game_over), self._info_true
+        if e.reward_clip:
+            info["reward"], info["_reward"] = self._out(e.raw_rewards), self._info_true
+        return info
 
     def close_extras(self, **kwargs: Any) -> None:
         """Release the emulators (idempotent)."""

@@ -87,7 +87,8 @@ def agent_from(saved: dict[str, Any], env: Any, device: str = "cpu") -> Agent:
     saved_args = saved["args"]
     agent = Agent(env.single_observation_space, env.single_action_space,
                   tuple(saved_args["hidden_sizes"]), saved_args["norm_obs"],
-                  saved_args.get("activation", "tanh")).to(device)
+                  saved_args.get("activation", "tanh"),
+                  cnn=saved_args.get("cnn", False) is True).to(device)
     agent.legal_logits = bool(saved_args.get("legal_logits", False))  # the same policy, faster
     try:
         agent.load_state_dict(saved["state_dict"])

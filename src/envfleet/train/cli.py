@@ -96,6 +96,19 @@ PRESETS: dict[str, dict[str, Any]] = {
                      eval_every=1_000_000, eval_episodes=1000, target_return=None,
                      time_limit=1200.0,
                      env_kwargs={"opponent": "random", "observation": "planes"}),
+    # CleanRL's ppo_atari (and ppo_atari_envpool): 8 envs x 128 steps, 4 minibatches x 4
+    # epochs, lr 2.5e-4 annealed, gamma 0.99, lambda 0.95, clip 0.1, ent 0.01, vf 0.5, grad
+    # norm 0.5, the Nature CNN on frames / 255 with linear heads; EnvPool's training options
+    # (a lost life ends the learner's episode, rewards clipped to their sign; the evaluations
+    # score whole games, unclipped: envs.TRAINING_ONLY_OPTIONS); CleanRL's 10M steps. Greedy
+    # evaluations of 8 games every 1M steps (a policy that never serves plays 27k steps)
+    "ALE/Breakout-v5": dict(num_envs=8, num_steps=128, num_minibatches=4, update_epochs=4,
+                            learning_rate=2.5e-4, gamma=0.99, gae_lambda=0.95, clip_coef=0.1,
+                            ent_coef=0.01, vf_coef=0.5, max_grad_norm=0.5, cnn=True,
+                            hidden_sizes=(), activation="relu", torch_threads=2,
+                            total_steps=10_000_000,
+                            eval_every=1_000_000, eval_episodes=8, target_return=None,
+                            env_kwargs={"episodic_life": True, "reward_clip": True}),
 }
 LOG_EVERY_S = 1.0
 
@@ -382,12 +395,16 @@ def fit_budget(settings: dict[str, Any], num_envs_given: bool) -> str | None:
 
 
 def resolve_backend(env_id: str, backend: str) -> str:
-    """The backend ``make`` runs for ``backend`` ("auto": numba for native ids, else pool)."""
+    """The backend ``make`` runs for ``backend`` ("auto": numba for native ids, the Atari
+    engine for ``ALE/<Game>-v5``, which stays "auto" as ``make`` picks it, else pool)."""
+    from envfleet.atari import is_atari_id
     from envfleet.registry import _native_name  # make()'s own lookup
 
     if backend != "auto":
         return backend
-    return "numba" if _native_name(env_id) is not None else "pool"
+    if _native_name(env_id) is not None:
+        return "numba"
+    return "auto" if is_atari_id(env_id) else "pool"
 
 
 def _check_env(env_id: str, backend: str) -> None:

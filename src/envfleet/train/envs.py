@@ -71,11 +71,18 @@ def eval_backend(env_id: Any, backend: str) -> str:
     return "numba" if backend == "ray" else backend
 
 
+#: env options that shape what the learner sees, not the game: evaluations play without them
+#: (Atari's ``episodic_life``, ``reward_clip``: the score is the whole game's, unclipped)
+TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip")
+
+
 def evaluation_args(args: Any) -> Any:
     """``args`` (a ``ppo.Args``) for the evaluation env: on ``eval_backend``, with the
-    backend's own workers (``num_workers`` and ``cpus_per_worker`` are the training env's)."""
+    backend's own workers (``num_workers`` and ``cpus_per_worker`` are the training env's),
+    without ``TRAINING_ONLY_OPTIONS``."""
+    kwargs = {k: v for k, v in args.env_kwargs.items() if k not in TRAINING_ONLY_OPTIONS}
     return dataclasses.replace(args, backend=eval_backend(args.env_id, args.backend),
-                               num_workers=None, cpus_per_worker=None)
+                               num_workers=None, cpus_per_worker=None, env_kwargs=kwargs)
 
 
 def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:

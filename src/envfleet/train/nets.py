@@ -1,6 +1,6 @@
 """The agent's networks: MLPs with orthogonal init, a fast tanh, the running observation
-statistics saved with the model, and ``ActorCritic``, the actor and critic built for an env's
-spaces (``ppo.Agent`` puts PPO's policy heads on it)."""
+statistics saved with the model, the Nature CNN (Atari frames), and ``ActorCritic``, the actor
+and critic built for an env's spaces (``ppo.Agent`` puts PPO's policy heads on it)."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import torch
 from gymnasium import spaces
 from torch import nn
 
-from envfleet.train.envs import check_spaces
+from envfleet.train.envs import UnsupportedSpaceError, check_spaces
 
 
 class Tanh(nn.Module):
@@ -38,6 +38,26 @@ def mlp(sizes: list[int], out_std: float, activation: str = "tanh") -> nn.Sequen
         if not last:
             layers.append(ACTIVATIONS[activation]())
     return nn.Sequential(*layers)
+
+
+#: the Nature CNN's output features (Mnih et al. 2015; CleanRL's ``ppo_atari``)
+CNN_FEATURES = 512
+
+
+def nature_cnn(obs_shape: tuple[int, ...]) -> nn.Sequential:
+    """The Nature CNN (three ReLU convolutions, 512 ReLU features; orthogonal init, sqrt 2
+    gain, as CleanRL's ``ppo_atari``) over ``(channels, height, width)`` observations."""
+    convs: list[nn.Module] = []
+    for a, b, kernel, stride in ((obs_shape[0], 32, 8, 4), (32, 64, 4, 2), (64, 64, 3, 1)):
+        convs += [nn.Conv2d(a, b, kernel, stride=stride), nn.ReLU()]
+    with torch.no_grad():  # the flattened size for this screen (84 x 84: 64 x 7 x 7)
+        flat = nn.Sequential(*convs)(torch.zeros(1, *obs_shape)).numel()
+    net = nn.Sequential(*convs, nn.Flatten(), nn.Linear(flat, CNN_FEATURES), nn.ReLU())
+    for layer in net:
+        if isinstance(layer, nn.Conv2d | nn.Linear):
+            nn.init.orthogonal_(layer.weight, math.sqrt(2))
+            nn.init.zeros_(layer.bias)
+    return net
 
 
 class RunningMeanStd(nn.Module):
@@ -67,13 +87,17 @@ class ActorCritic(nn.Module):
     """Separate actor and critic MLPs for ``obs_space`` and ``action_space`` (refused, naming
     them, when the agent has no head for them: ``check_spaces``), and how observations reach
     them (``features``). The actor's outputs are logits (Discrete actions) or a Gaussian's mean
-    (Box actions), whose log-std is a parameter of its own (not of the state)."""
+    (Box actions), whose log-std is a parameter of its own (not of the state). ``cnn``: a
+    Nature CNN of image observations / 255, shared, feeds both (CleanRL's ``ppo_atari``)."""
 
     def __init__(self, obs_space: spaces.Space, action_space: spaces.Space,
                  hidden_sizes: tuple[int, ...] = (64, 64), norm_obs: bool = False,
-                 activation: str = "tanh", log_std_init: float = 0.0) -> None:
+                 activation: str = "tanh", log_std_init: float = 0.0, cnn: bool = False) -> None:
         super().__init__()
         check_spaces(obs_space, action_space)
+        if cnn and (not isinstance(obs_space, spaces.Box) or len(obs_space.shape) != 3):
+            raise UnsupportedSpaceError(f"the CNN takes (channels, height, width) image "
+                                        f"observations, not {obs_space}")
         # a Discrete observation is one-hot encoded; a Box one flattened
         self.obs_onehot = (int(obs_space.start), int(obs_space.n)) if isinstance(
             obs_space, spaces.Discrete) else None
@@ -87,6 +111,9 @@ class ActorCritic(nn.Module):
             out = int(action_space.shape[0])
             self.actor_logstd = nn.Parameter(torch.full((out,), float(log_std_init)))
         hidden = list(hidden_sizes)
+        self.network = nature_cnn(tuple(obs_space.shape)) if cnn else None
+        if cnn:
+            obs_size = CNN_FEATURES
         self.critic = mlp([obs_size, *hidden, 1], 1.0, activation)
         self.actor = mlp([obs_size, *hidden, out], 0.01, activation)
         self.obs_rms = RunningMeanStd((obs_size,)) if norm_obs else None
@@ -99,7 +126,9 @@ class ActorCritic(nn.Module):
         return obs.reshape(obs.shape[0], -1).float()
 
     def features(self, obs: torch.Tensor) -> torch.Tensor:
-        """Encoded observations, normalised when asked."""
+        """Encoded observations, normalised when asked (the CNN's features of frames / 255)."""
+        if self.network is not None:
+            return self.network(obs.float() / 255.0)
         x = self.encode(obs)
         if self.obs_rms is not None:
             x = ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)

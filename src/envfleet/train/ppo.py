@@ -93,6 +93,9 @@ class Args:
     legal_logits: bool = False
     """policy logits of the legal actions only (``info["action_mask"]``): the same policy, the
     softmax, sampling and entropy over ~30 entries instead of all (Chess-v0's 4672)"""
+    cnn: bool = False
+    """the Nature CNN (shared, frames / 255) before the actor and critic (image observations:
+    CleanRL's ppo_atari; hidden_sizes () for its linear heads)"""
     activation: str = "tanh"
     """hidden activation: tanh or relu (relu: ~10x cheaper than torch's CPU tanh here)"""
     log_std_init: float = 0.0
@@ -224,7 +227,7 @@ class Agent(ActorCritic):
 def build_agent(env: Any, args: Args) -> Agent:
     """A freshly initialised agent for ``env``'s spaces and ``args`` (on ``args.device``)."""
     agent = Agent(env.single_observation_space, env.single_action_space, args.hidden_sizes,
-                  args.norm_obs, args.activation, args.log_std_init).to(args.device)
+                  args.norm_obs, args.activation, args.log_std_init, args.cnn).to(args.device)
     agent.legal_logits = args.legal_logits
     return agent
 
@@ -356,7 +359,9 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
 
         # keep transitions only: the reset steps never enter the loss
         keep = buf.valid.flatten().nonzero().squeeze(1)
-        b_x, b_actions, b_masks = rows(x, keep), rows(actions, keep), rows(masks, keep)
+        # the CNN learns: its minibatches start from the frames (x is its output, no grad)
+        inputs = x if agent.network is None else buf.obs[:num_steps].flatten(0, 1)
+        b_x, b_actions, b_masks = rows(inputs, keep), rows(actions, keep), rows(masks, keep)
         b_logprobs, b_adv = rows(old_logprobs, keep), rows(advantages.flatten(), keep)
         b_returns, b_values = rows(returns.flatten(), keep), rows(values[:-1].flatten(), keep)
 
@@ -369,8 +374,11 @@ def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: A
             order = torch.randperm(size, generator=generator).to(b_x.device)
             minibatches = [order[i:i + mb_size] for i in range(0, size, mb_size)]
         for mb in minibatches:
+            mb_x = rows(b_x, mb)
+            if agent.network is not None:
+                mb_x = agent.features(mb_x)
             newlogprob, entropy, newvalue = agent.get_action_and_value(
-                rows(b_x, mb), rows(b_actions, mb), rows(b_masks, mb),
+                mb_x, rows(b_actions, mb), rows(b_masks, mb),
                 with_entropy=args.ent_coef != 0)
             logratio = newlogprob - rows(b_logprobs, mb)
             ratio = logratio.exp()
