@@ -67,6 +67,17 @@ def test_atari_defaults_and_missing_peers_are_noted(monkeypatch):
     assert any(n.startswith("atari: not installed: needs cv2") for n in notes)
 
 
+def test_atari_defaults_in_a_fresh_process_see_the_ale_ids():
+    """choose_backends registers the ALE ids itself (ale-py not imported yet): no peer is left
+    out as "Gymnasium has no ALE/Pong-v5 env"."""
+    code = ("from envfleet.bench.runner import choose_backends\n"
+            "print(choose_backends(None, 'ALE/Pong-v5', native=False)[1])")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert "Gymnasium has no" not in proc.stdout, proc.stdout
+
+
 def test_atari_series_plan_and_comparisons():
     args = argparse.Namespace(threads=[1, 2], seconds=0.1, torch_device=None,
                               threads_per_block=None, baseline_max_envs=None)

@@ -246,6 +246,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     from envfleet.native.build import missing_backend
     from envfleet.registry import NATIVE_ENVS, backend_status
 
+    reference_imports(reference_id)  # ALE/...: ale-py registers them (the baselines' check)
+
     def status(name: str) -> str | None:
         if name in BASELINES and family is not None and not family.reference_id \
                 and not chess.is_chess(family.id):
