@@ -89,19 +89,9 @@ def gymnasium_stack(n: int, threads: int) -> Callable[[], None]:
 
 
 def _emulators(n: int) -> list:
-    import ale_py
-    from ale_py import roms
+    from envfleet.bench.atari import emulators
 
-    ales = []
-    for i in range(n):
-        a = ale_py.ALEInterface()
-        a.setLoggerMode(ale_py.LoggerMode.Error)
-        a.setFloat("repeat_action_probability", 0.25)
-        a.setInt("random_seed", i)
-        a.loadROM(roms.get_rom_path("breakout"))
-        a.reset_game()
-        ales.append(a)
-    return ales
+    return emulators("breakout", n)
 
 
 def ale_python(n: int, threads: int) -> Callable[[], None]:
@@ -123,35 +113,16 @@ def ale_python(n: int, threads: int) -> Callable[[], None]:
 
 
 def ale_compiled(n: int, threads: int) -> Callable[[], None]:
-    import numba
+    """The bench's floor (``envfleet.bench.atari.AleFloor``): the same loop as ale-floor."""
+    from envfleet.bench.atari import AleFloor
 
-    from envfleet.atari.ale import GrayscaleTarget, ale_functions, instance_pointer
-
-    f = ale_functions()
-    act, grayscale, over, reset = f.act, f.grayscale, f.game_over, f.reset_game
-    ales = _emulators(n)
-    pointers = np.array([instance_pointer(a) for a in ales], np.int64)
-    frames = np.zeros((n, 210, 160), np.uint8)
-    target = GrayscaleTarget(frames)
-    targets = target.addresses()
-    codes = np.array([a.value for a in ales[0].getMinimalActionSet()], np.int32)
-
-    @numba.njit(nogil=True, parallel=True)
-    def loop(pointers: np.ndarray, targets: np.ndarray, codes: np.ndarray, k: int) -> None:
-        for i in numba.prange(pointers.size):
-            for _ in range(4):
-                act(pointers[i], codes[k % codes.size], np.float32(1.0))
-            grayscale(pointers[i], targets[i])
-            if over(pointers[i], True):
-                reset(pointers[i])
-
+    floor = AleFloor("breakout", n, 0, threads)
+    actions = np.random.default_rng(0).integers(floor.codes.size, size=(64, n))
     k = [0]
 
     def step() -> None:
-        numba.set_num_threads(threads)
-        loop(pointers, targets, codes, k[0])
+        floor.step(actions[k[0] % 64])
         k[0] += 1
-    step.keep = (ales, target)  # the emulators and frames the pointers point into
     return step
 
 

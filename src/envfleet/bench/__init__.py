@@ -5,10 +5,12 @@
 - ``report``: the rich and Markdown tables, JSON lines, the PNG plot;
 - ``runner``: the command's options, the sweep and its progress display;
 - ``chess``: Chess-v0's peers, perft and report sections (imported here: it registers its
-  peers into ``baselines`` and its series into ``measure``'s worker).
+  peers into ``baselines`` and its series into ``measure``'s worker);
+- ``atari``: the ``ALE/<Game>-v5`` peers and reference stack (imported here: it registers
+  them into ``baselines``).
 """
 
-from envfleet.bench import chess  # noqa: F401 - registers Chess-v0 (see above)
+from envfleet.bench import atari, chess  # noqa: F401 - register their peers (see above)
 from envfleet.bench.baselines import BASELINES
 from envfleet.bench.measure import PointSpec, measure, run_point
 

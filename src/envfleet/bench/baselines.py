@@ -107,7 +107,7 @@ class Baseline:
             return f"Gymnasium has no {reference_id} env here (is its package installed?)"
         if self.name == "gym-numpy" and gymnasium.spec(reference_id).vector_entry_point is None:
             return f"Gymnasium has no NumPy vector env for {reference_id}"
-        if self.name == "envpool" and reference_id not in envpool_ids():
+        if self.name == "envpool" and envpool_id(reference_id)[0] not in envpool_ids():
             return f"EnvPool has no {reference_id} env"
         return None
 
@@ -126,9 +126,30 @@ class BaselineEnv:
     steps_per_env: int = 1
 
 
+#: namespace -> the function that builds one env of an id's reference stack, where the id's
+#: peers play a preprocessed env (``ALE``: ``bench/atari``'s ``reference_env``); other ids:
+#: ``gymnasium.make(id)``
+REFERENCE_STACKS: dict[str, Callable[[str], gymnasium.Env]] = {}
+#: namespace -> (EnvPool's id of an id, the options giving it the same preprocessing)
+ENVPOOL_IDS: dict[str, Callable[[str], tuple[str, dict[str, Any]]]] = {}
+
+
+def reference_maker(env_id: str) -> Callable[[], gymnasium.Env]:
+    """A picklable function that builds one env of ``env_id`` as the baselines play it."""
+    stack = REFERENCE_STACKS.get(env_id.partition("/")[0]) if "/" in env_id else None
+    return functools.partial(stack, env_id) if stack else functools.partial(gymnasium.make,
+                                                                             env_id)
+
+
 def _gym_vector(mode: str) -> Callable[[str, int, int], BaselineEnv]:
     def build(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
-        env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
+        stacked = "/" in env_id and env_id.partition("/")[0] in REFERENCE_STACKS
+        if stacked and mode in ("sync", "async"):  # the reference stack in each env
+            vector = (gymnasium.vector.SyncVectorEnv if mode == "sync"
+                      else gymnasium.vector.AsyncVectorEnv)
+            env = vector([reference_maker(env_id)] * num_envs)
+        else:
+            env = gymnasium.make_vec(env_id, num_envs=num_envs, vectorization_mode=mode)
         return BaselineEnv(reset=lambda: env.reset(seed=seed)[0], step=env.step,
                            action_space=env.action_space, close=env.close)
 
@@ -138,7 +159,7 @@ def _gym_vector(mode: str) -> Callable[[str, int, int], BaselineEnv]:
 def _sb3_dummy(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
     from stable_baselines3.common.vec_env import DummyVecEnv
 
-    return _sb3_baseline(DummyVecEnv([lambda: gymnasium.make(env_id)] * num_envs), num_envs,
+    return _sb3_baseline(DummyVecEnv([reference_maker(env_id)] * num_envs), num_envs,
                          seed)
 
 
@@ -151,7 +172,7 @@ def _sb3_subproc(env_id: str, num_envs: int, seed: int) -> BaselineEnv:
     # (~1-3 s of CPU each: 32 workers took 90 s to build on 2 cores); preloading them in the
     # forkserver makes each worker a plain fork of it. The workers' code is unchanged.
     multiprocessing.set_forkserver_preload([SubprocVecEnv.__module__])
-    return _sb3_baseline(SubprocVecEnv([lambda: gymnasium.make(env_id)] * num_envs), num_envs,
+    return _sb3_baseline(SubprocVecEnv([reference_maker(env_id)] * num_envs), num_envs,
                          seed)
 
 
@@ -177,12 +198,20 @@ def envpool_ids() -> frozenset[str]:
     return frozenset(envpool.list_all_envs())
 
 
+def envpool_id(env_id: str) -> tuple[str, dict[str, Any]]:
+    """EnvPool's id for ``env_id`` and the options that make it play the same env
+    (``ENVPOOL_IDS``; other ids: the same id, EnvPool's defaults)."""
+    mapping = ENVPOOL_IDS.get(env_id.partition("/")[0]) if "/" in env_id else None
+    return mapping(env_id) if mapping else (env_id, {})
+
+
 def _envpool(env_id: str, num_envs: int, seed: int, num_threads: int = 1) -> BaselineEnv:
     """EnvPool's C++ env in sync mode: every env stepped each call, on ``num_threads``."""
     import envpool
 
+    env_id, options = envpool_id(env_id)
     env = envpool.make_gymnasium(env_id, num_envs=num_envs, batch_size=num_envs,
-                                 num_threads=num_threads, seed=seed)
+                                 num_threads=num_threads, seed=seed, **options)
     return BaselineEnv(
         reset=lambda: env.reset()[0], step=env.step,
         action_space=gymnasium.vector.utils.batch_space(env.action_space, num_envs),

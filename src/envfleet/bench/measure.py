@@ -57,6 +57,9 @@ NATIVE_BACKENDS = tuple(sorted(backends.NATIVE_BACKENDS, key=lambda b: b == "cud
 #: envfleet's executors: N copies of any Gymnasium env (``envfleet.make(id, backend=...)``);
 #: ``ray`` runs a native id with the native kernel in each actor
 EXECUTOR_BACKENDS = tuple(backends.EXECUTOR_BACKENDS)
+#: envfleet's engines that ``envfleet.make``'s default backend picks for their own ids
+#: (``atari``: ``ALE/<Game>-v5``, ``bench/atari``), measured as a native backend is
+ENGINE_BACKENDS = ("atari",)
 #: the object store of the local Ray instance a ray point starts (bytes)
 RAY_OBJECT_STORE = 256 * 2**20
 
@@ -181,8 +184,10 @@ def _import_for(backend: str) -> None:
     """Import what building ``backend`` imports, so that the build time excludes it."""
     import gymnasium  # noqa: F401
 
-    if backend in NATIVE_BACKENDS or backend in EXECUTOR_BACKENDS:
+    if backend in NATIVE_BACKENDS or backend in EXECUTOR_BACKENDS or backend in ENGINE_BACKENDS:
         import envfleet  # noqa: F401
+    if backend in ("atari", "ale-vector", "ale-floor"):
+        import ale_py  # noqa: F401
     if backend in ("torch", "cuda", "sb3-dummy", "sb3-subproc"):
         import torch  # noqa: F401
     if backend.startswith("sb3-"):
@@ -268,7 +273,8 @@ def measure(spec: PointSpec) -> dict[str, Any]:
     """Measure one point in this process and return its result (JSON-able)."""
     result: dict[str, Any] = {"backend": spec.backend, "num_envs": spec.num_envs,
                               "threads": spec.threads, "device": "cpu"}
-    native = spec.backend in NATIVE_BACKENDS
+    engine = spec.backend in ENGINE_BACKENDS
+    native = spec.backend in NATIVE_BACKENDS or engine
     if spec.reference_id in ROW_FIELDS:  # e.g. what the caller gets each ply (like for like)
         result.update(ROW_FIELDS[spec.reference_id](spec.backend, spec.options))
     executor = spec.backend in EXECUTOR_BACKENDS
@@ -282,14 +288,14 @@ def measure(spec: PointSpec) -> dict[str, Any]:
         import envfleet
 
         options = dict(spec.options)
-        if spec.backend == "numba":
+        if spec.backend == "numba" or engine:  # engine: None is its default threads
             options["num_threads"] = spec.threads
         if spec.backend == "ray":
             stop_ray = start_local_ray()
         # ray: a native id runs the native kernel in each actor, a Gymnasium id its envs
         env_id = spec.reference_id if executor and spec.backend != "ray" else spec.env_id
-        env = envfleet.make(env_id, spec.num_envs, backend=spec.backend, seed=spec.seed,
-                            **options)
+        env = envfleet.make(env_id, spec.num_envs, backend="auto" if engine else spec.backend,
+                            seed=spec.seed, **options)
         # Chess-v0: the boards start at the bench positions, as the peers' do
         reset_options = (RESET_OPTIONS[spec.env_id](spec.num_envs)
                          if native and spec.env_id in RESET_OPTIONS else None)

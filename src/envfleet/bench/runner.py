@@ -11,6 +11,11 @@ Executors can be asked for on a native id too (they run the Gymnasium env of the
 runs the native kernel in each actor). ``ray`` is measured only when asked for (each point
 starts a local Ray instance of its own).
 
+``ALE/<Game>-v5`` is measured on envfleet's Atari engine (``atari``, at its default threads and
+at each ``--threads`` count asked for) next to EnvPool, ale-py's vector env, Gymnasium's and
+SB3's vector envs of the reference wrapper stack and the emulator's floor (``bench/atari``), at
+num_envs 8 to 64 by default.
+
 ``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx,
 EnvPool) at smaller num_envs, each series twice: its tight loop and the user loop (a policy's
 NumPy work between steps, outside the clock: "<series> user"); then perft nodes/s
@@ -40,7 +45,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from envfleet.bench import chess
+from envfleet.bench import atari, chess
 from envfleet.bench.baselines import (
     BASELINES,
     EXECUTOR_RIVALS,
@@ -50,6 +55,7 @@ from envfleet.bench.baselines import (
     native_default,
 )
 from envfleet.bench.measure import (
+    ENGINE_BACKENDS,
     EXECUTOR_BACKENDS,
     NATIVE_BACKENDS,
     PointSpec,
@@ -77,7 +83,7 @@ from envfleet.registry import _native_name  # make()'s lookup
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
 #: the default sweep for a non-native id (executors: one Python env per env, processes)
 DEFAULT_EXECUTOR_NUM_ENVS = (1, 8, 64, 256)
-ALL_BACKENDS = (*NATIVE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
+ALL_BACKENDS = (*NATIVE_BACKENDS, *ENGINE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
 #: the executors a non-native id's default sweep measures (ray only when asked for)
 DEFAULT_EXECUTORS = ("serial", "subprocess", "pool")
 
@@ -111,7 +117,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends", type=_names,
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
              f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
-             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; other ids: "
+             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; ALE/<Game>-v5: "
+             f"{atari.ATARI} and {', '.join(atari.PEERS)}; other ids: "
              f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool and pufferlib; "
              "each only if it can run here, cuda not under the CUDA simulator; ray only when "
              "asked for)")
@@ -119,7 +126,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-envs", type=_ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
              f"{','.join(map(str, DEFAULT_NUM_ENVS))}; {chess.CHESS_ID}: "
-             f"{','.join(map(str, chess.DEFAULT_NUM_ENVS))}; other ids: "
+             f"{','.join(map(str, chess.DEFAULT_NUM_ENVS))}; ALE/<Game>-v5: "
+             f"{','.join(map(str, atari.DEFAULT_NUM_ENVS))}; other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
     parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
@@ -128,8 +136,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                         help="timed stepping per point, after warm-up (default: 1; --study: "
                              "the study's own, per repeat)")
     parser.add_argument("--threads", type=_ints, metavar="T,T,...",
-                        help="comma list of numba thread counts to sweep "
-                             "(default: the usable cores)")
+                        help="comma list of numba thread counts to sweep (default: the "
+                             "usable cores; ALE/<Game>-v5: the atari series at its default "
+                             "threads, and at each count given here)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
                         help="folder for bench-<env>-<kind>.jsonl, .md and .png, <kind> saying "
                              "what was measured (native, executors, baselines, +threads-sweep, "
@@ -237,6 +246,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     from envfleet.native.build import missing_backend
     from envfleet.registry import NATIVE_ENVS, backend_status
 
+    reference_imports(reference_id)  # ALE/...: ale-py registers them (the baselines' check)
+
     def status(name: str) -> str | None:
         if name in BASELINES and family is not None and not family.reference_id \
                 and not chess.is_chess(family.id):
@@ -244,6 +255,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
                     f"(NativeEnvSpec.reference_id) for the baselines to run")
         if name in BASELINES:
             return BASELINES[name].status(reference_id)
+        if name in ENGINE_BACKENDS:
+            return atari.engine_status(reference_id)
         if name in NATIVE_BACKENDS and not native:
             return (f"native backends run envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
                     f"{reference_id!r} runs on the executors ({', '.join(EXECUTOR_BACKENDS)})")
@@ -275,7 +288,9 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
 
     chosen, notes = [], []
     available = envfleet.available_backends()
-    if not native:
+    if atari.is_atari(reference_id):
+        default = (atari.ATARI, *atari.PEERS)
+    elif not native:
         default = (*DEFAULT_EXECUTORS, *(b for b in BASELINES if BASELINES[b].plays is None
                                           and BASELINES[b].executor_default))
     elif chess.is_chess(reference_id):
@@ -292,7 +307,7 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
         elif b == "cuda" and os.environ.get("NUMBA_ENABLE_CUDASIM") == "1":
             notes.append("cuda: the CUDA simulator is active (NUMBA_ENABLE_CUDASIM=1), "
                          "it is for tests only; ask for it with --backends cuda")
-        elif b in BASELINES and (reason := status(b)):
+        elif (b in BASELINES or b in ENGINE_BACKENDS) and (reason := status(b)):
             notes.append(f"{b}: {reason}")
         else:
             chosen.append(b)
@@ -304,7 +319,7 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
          ) -> tuple[list[Planned], list[tuple[str, str]]]:
     """Every point in run order, and the series (label, backend) in table-column order; each
     point's worker imports ``args.env_module`` first (``--env module:Id``: it registers Id)."""
-    native = [b for b in backends if b in NATIVE_BACKENDS]
+    native = [b for b in backends if b in NATIVE_BACKENDS or b in ENGINE_BACKENDS]
     executors = [b for b in backends if b in EXECUTOR_BACKENDS]
     baselines = [b for b in backends if b in BASELINES]
     workers = getattr(args, "num_workers", None) or [None]
@@ -314,6 +329,10 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
         if b == "numba":
             series += [(f"numba {t}t" if len(threads) > 1 else "numba", b, t, None)
                        for t in sorted(threads, reverse=True)]
+        elif b in ENGINE_BACKENDS:  # its default threads, then each --threads count
+            series.append((b, b, None, None))
+            series += [(f"{b} {t}t", b, t, None)
+                       for t in sorted(getattr(args, "threads", None) or [], reverse=True)]
         else:
             series.append((b, b, None, None))
     for b in executors:
@@ -378,10 +397,11 @@ def study_name(env_id: str, backends: list[str], threads: list[int],
     several pool worker counts), so e.g. the default CartPole run and a pool study written to
     the same folder keep their own files; the same study run again replaces its own.
     """
-    families = (("native", NATIVE_BACKENDS), ("executors", EXECUTOR_BACKENDS))
+    families = (("native", NATIVE_BACKENDS), ("atari", ENGINE_BACKENDS),
+                ("executors", EXECUTOR_BACKENDS))
     kinds = [kind for kind, names in families
              if any(b in names for b in backends)] or ["baselines"]
-    if "numba" in backends and len(threads) > 1:
+    if ("numba" in backends or "atari" in backends) and len(threads) > 1:
         kinds.append("threads-sweep")
     if "pool" in backends and num_workers and len(num_workers) > 1:
         kinds.append("workers-sweep")
@@ -421,7 +441,8 @@ def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[
     (its per-call cost is shown) is the first native series, else the first pool series, else
     the first executor series.
     """
-    native = next((label for label, b in columns if b in NATIVE_BACKENDS), None)
+    native = next((label for label, b in columns
+                   if b in NATIVE_BACKENDS or b in ENGINE_BACKENDS), None)
     pool = next((label for label, b in columns if b == "pool"), None)
     ray = next((label for label, b in columns if b == "ray"), None)
     executor = next((label for label, b in columns if b in EXECUTOR_BACKENDS), None)
@@ -526,8 +547,9 @@ def run(args: argparse.Namespace) -> int:
     is_chess = chess.is_chess(env_id)
     if args.perft_depth is not None and not is_chess:
         raise CommandError(f"--perft-depth is for {chess.CHESS_ID} only")
-    num_envs = args.num_envs or list(chess.DEFAULT_NUM_ENVS if is_chess else DEFAULT_NUM_ENVS
-                                     if native else DEFAULT_EXECUTOR_NUM_ENVS)
+    num_envs = args.num_envs or list(
+        chess.DEFAULT_NUM_ENVS if is_chess else DEFAULT_NUM_ENVS if native
+        else atari.DEFAULT_NUM_ENVS if atari.is_atari(env_id) else DEFAULT_EXECUTOR_NUM_ENVS)
     if args.baseline_max_envs is None:
         args.baseline_max_envs = default_baseline_max_envs(env_id)
     threads = args.threads or [_default_threads()]
@@ -549,7 +571,7 @@ def run(args: argparse.Namespace) -> int:
     if is_chess:
         settings.update(unit=unit, perft_depth=args.perft_depth)
     if any(b in EXECUTOR_BACKENDS or BASELINES[b].process_per_env
-           for b in backends if b not in NATIVE_BACKENDS):
+           for b in backends if b in EXECUTOR_BACKENDS or b in BASELINES):
         settings.update(num_workers=args.num_workers, process_max_envs=args.process_max_envs)
     args.out.mkdir(parents=True, exist_ok=True)
     stem = study_name(env_id, backends, threads, args.num_workers)
