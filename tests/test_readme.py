@@ -23,7 +23,7 @@ README = ROOT / "README.md"
 #: script in tests/native/test_native_envs_guide.py; SCALING.md's ```py blocks need a Ray)
 TOPIC_PAGES = [ROOT / "docs" / name for name in (
     "USAGE.md", "CHESS.md", "MINATAR.md", "BENCHMARKS.md", "TRAINING.md", "SCALING.md",
-    "SECURITY.md", "ATARI.md")]
+    "SECURITY.md", "ATARI.md", "MUJOCO.md")]
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 
