@@ -48,20 +48,23 @@ def native_bytes(spec: NativeEnvSpec, num_envs: int, backend: str, *, copy: bool
     """An estimate of the peak bytes a native env of ``num_envs`` envs of ``spec`` takes
     through ``make``, ``reset`` and its steps: the buffers the spec declares (on numba, less
     the final obs outside SAME_STEP: never written, so never resident), the action batch, the
-    engine's scratch and, with ``copy=True``, the outputs it hands out (obs, rewards, flags,
-    info columns), ``COPIES_HELD`` of each, and SAME_STEP's final obs. Checked against
-    measured resident memory, family by family (tests/test_memory.py)."""
+    engine's scratch, on torch its gathers and the family's ``torch_temporaries``, and with
+    ``copy=True`` the outputs it hands out (obs, rewards, flags, info columns), ``COPIES_HELD``
+    of each (torch: 2), and SAME_STEP's final obs. Checked against measured resident memory,
+    family by family (tests/test_memory.py)."""
     declared = sum(b.nbytes for b in spec.buffers(num_envs))
     obs = _obs_bytes(spec)
     if backend == "numba" and not same_step:
         declared -= obs * num_envs
     per_env = 8 * math.prod(spec.action_space.shape or ()) + _ENGINE_SCRATCH
-    if backend == "torch":  # a step's temporaries (the family's arithmetic, gathers)
-        per_env += _state_bytes(spec) + obs + 24
+    copies = COPIES_HELD
+    if backend == "torch":  # the host resets' gathers (state, obs, RNG), the family's temporaries
+        per_env += _state_bytes(spec) + obs + 24 + spec.torch_temporaries
+        copies = 2  # no spares: the caller's last step's and the new step's
     if copy:
         info = sum(b.nbytes for b in spec.buffers(1)
                    if b.role == STATE and b.column in spec.info_columns)
-        per_env += COPIES_HELD * (obs + 4 + 1 + 1 + info) + (obs if same_step else 0)
+        per_env += copies * (obs + 4 + 1 + 1 + info) + (obs if same_step else 0)
     if same_step:  # the ended envs' mask in ``info``
         per_env += 1
     return declared + per_env * num_envs

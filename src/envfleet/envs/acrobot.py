@@ -367,6 +367,10 @@ SPEC = NativeEnvSpec(
     step_one=step_one,
     reset_torch=reset_torch,
     step_torch=step_torch,
+    # torch on the CPU: peak resident bytes per env beyond the estimate's buffers, measured by
+    # tests/test_memory.py (make + reset + 100 steps, every mode and copy;
+    # RK4's stages: ~25 float64 columns alive at once)
+    torch_temporaries=200,
     reference_id="Acrobot-v1",
     description="two-link swing-up (Gymnasium's AcrobotEnv, float64 RK4)",
     renderer=ReferenceRenderer(_reference_env, ("theta1", "theta2", "dtheta1", "dtheta2"), fps=15),

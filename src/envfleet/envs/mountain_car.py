@@ -154,6 +154,9 @@ SPEC = NativeEnvSpec(
     step_one=step_one,
     reset_torch=reset_torch,
     step_torch=step_torch,
+    # torch on the CPU: peak resident bytes per env beyond the estimate's buffers, measured by
+    # tests/test_memory.py (make + reset + 100 steps, every mode and copy; ~2.5 float64 columns)
+    torch_temporaries=20,
     reference_id="MountainCar-v0",
     description="under-powered car up a hill (Gymnasium's MountainCarEnv, float64)",
     renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30),

@@ -178,6 +178,9 @@ SPEC = NativeEnvSpec(
     step_one=step_one,
     reset_torch=reset_torch,
     step_torch=step_torch,
+    # torch on the CPU: peak resident bytes per env beyond the estimate's buffers, measured by
+    # tests/test_memory.py (make + reset + 100 steps, every mode and copy; ~6 float64 columns)
+    torch_temporaries=48,
     reference_id="MountainCarContinuous-v0",
     description="car up a hill, continuous force (Gymnasium's Continuous_MountainCarEnv)",
     renderer=ReferenceRenderer(_reference_env, ("position", "velocity"), fps=30,

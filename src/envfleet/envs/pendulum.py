@@ -148,6 +148,9 @@ SPEC = NativeEnvSpec(
     step_one=step_one,
     reset_torch=reset_torch,
     step_torch=step_torch,
+    # torch on the CPU: peak resident bytes per env beyond the estimate's buffers, measured by
+    # tests/test_memory.py (make + reset + 100 steps, every mode and copy; ~3 float64 columns)
+    torch_temporaries=24,
     reference_id="Pendulum-v1",
     description="pendulum swing-up, continuous torque (Gymnasium's PendulumEnv, float64)",
     per_env_params=("g",),

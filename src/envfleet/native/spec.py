@@ -76,6 +76,9 @@ class NativeEnvSpec:
     #: the batched tensor forms for the torch backend (None: the family does not run on torch)
     reset_torch: Callable[..., None] | None = None
     step_torch: Callable[..., None] | None = None
+    #: bytes per env that ``reset_torch`` / ``step_torch`` hold in temporaries at their peak on
+    #: the CPU (``memory.native_bytes``: besides the engine's buffers); measured per family
+    torch_temporaries: int = 0
     #: the Gymnasium id of the reference implementation (bench baselines, agreement tests)
     reference_id: str = ""
     description: str = ""
