@@ -112,7 +112,7 @@ def main() -> None:
 
         log = SummaryWriter(f"runs/{args.env_id}__ppo__{args.seed}__{int(time.time())}").add_scalar
 
-    # envfleet (1): SameStep autoreset, so that an episode's last step already returns the next
+    # envfleet: (1) SameStep autoreset, so that an episode's last step already returns the next
     # episode's first observation (Gymnasium 0.29's behaviour, which the GAE below assumes);
     # under 1.x's default, NextStep, the step after `done` would be a reset step with reward 0
     # and an ignored action, trained on as if it were a real transition
@@ -146,7 +146,7 @@ def main() -> None:
             rewards[t] = torch.as_tensor(reward, device=device)
             ends[t] = torch.as_tensor(terminated | truncated, device=device)
 
-            # envfleet (2): one dict of arrays over the envs; "_episode" marks those that ended
+            # envfleet: (2) one dict of arrays over the envs; "_episode" marks those that ended
             # (Gymnasium 0.29 gave a list of per-env dicts in infos["final_info"] instead)
             if "episode" in infos:
                 for i in np.flatnonzero(infos["_episode"]):
