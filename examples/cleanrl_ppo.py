@@ -1,314 +1,209 @@
-# ruff: noqa (CleanRL's code, kept as CleanRL writes it)
-# CleanRL's ppo.py (https://github.com/vwxyzjn/cleanrl, cleanrl/ppo.py at commit e421c2e, MIT
-# License, Copyright (c) 2019 CleanRL developers) on envfleet and Gymnasium 1.x. Three changes,
-# each marked "envfleet:" below (docs/CLIENTS.md#cleanrl explains them):
-#   1. `import envfleet`;
-#   2. env setup: envfleet's native CartPole kernel with SameStep autoreset (0.29's semantics,
-#      which CleanRL's loop assumes) and Gymnasium's vector RecordEpisodeStatistics, instead of
-#      SyncVectorEnv over make_env (removed: --capture-video does nothing here);
-#   3. episode logging: Gymnasium 1.x's info["episode"] with its "_episode" mask, instead of
-#      0.29's list of per-env final_info dicts (on 1.x that loop finds nothing and prints nothing).
-# Run: python examples/cleanrl_ppo.py (pip install tyro tensorboard); a smoke run:
-#      python examples/cleanrl_ppo.py --total-timesteps 1024 --num-steps 64
-# docs and experiment results can be found at https://docs.cleanrl.dev/rl-algorithms/ppo/#ppopy
-import os
-import random
+"""PPO for discrete actions on an envfleet batch, in one file, written for envfleet.
+
+It is laid out as CleanRL's ``ppo.py`` is (a dataclass of arguments, an ``Agent`` with
+``get_value`` and ``get_action_and_value``, (num_steps, num_envs) storage, one loop of rollout,
+GAE and clipped updates) so that a CleanRL user finds their way around. The two places that
+differ from a Gymnasium 0.29 script are marked ``envfleet:`` (docs/CLIENTS.md#cleanrl):
+
+1. the envs: one native kernel steps all of them, in SameStep autoreset mode, inside Gymnasium
+   1.x's vector ``RecordEpisodeStatistics``;
+2. the episode logging: Gymnasium 1.x reports finished episodes in ``info["episode"]``, arrays
+   over the envs, with the mask ``info["_episode"]``.
+
+    python examples/cleanrl_ppo.py                                  # 500k steps of CartPole-v1
+    python examples/cleanrl_ppo.py --total-timesteps 1024 --num-steps 64   # a smoke run
+
+TensorBoard logging (``runs/``) is on where ``tensorboard`` is installed (``--no-tensorboard``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import importlib.util
 import time
 from dataclasses import dataclass
 
 import gymnasium as gym
 import numpy as np
 import torch
-import torch.nn as nn
-import torch.optim as optim
-import tyro
-from torch.distributions.categorical import Categorical
-from torch.utils.tensorboard import SummaryWriter
+from torch import nn
+from torch.distributions import Categorical
 
-import envfleet  # envfleet: (1)
+import envfleet
 
 
 @dataclass
 class Args:
-    exp_name: str = os.path.basename(__file__)[: -len(".py")]
-    """the name of this experiment"""
+    env_id: str = "CartPole-v1"  # a native envfleet id (envfleet.list_envs())
     seed: int = 1
-    """seed of the experiment"""
-    torch_deterministic: bool = True
-    """if toggled, `torch.backends.cudnn.deterministic=False`"""
-    cuda: bool = True
-    """if toggled, cuda will be enabled by default"""
-    track: bool = False
-    """if toggled, this experiment will be tracked with Weights and Biases"""
-    wandb_project_name: str = "cleanRL"
-    """the wandb's project name"""
-    wandb_entity: str = None
-    """the entity (team) of wandb's project"""
-    capture_video: bool = False
-    """whether to capture videos of the agent performances (check out `videos` folder)"""
-
-    # Algorithm specific arguments
-    env_id: str = "CartPole-v1"
-    """the id of the environment"""
-    total_timesteps: int = 500000
-    """total timesteps of the experiments"""
-    learning_rate: float = 2.5e-4
-    """the learning rate of the optimizer"""
+    cuda: bool = True  # use a GPU when torch sees one
+    tensorboard: bool = importlib.util.find_spec("tensorboard") is not None
+    total_timesteps: int = 500_000
     num_envs: int = 4
-    """the number of parallel game environments"""
-    num_steps: int = 128
-    """the number of steps to run in each environment per policy rollout"""
-    anneal_lr: bool = True
-    """Toggle learning rate annealing for policy and value networks"""
+    num_steps: int = 128  # steps per env per rollout
+    learning_rate: float = 2.5e-4
+    anneal_lr: bool = True  # linearly down to 0 over the run
     gamma: float = 0.99
-    """the discount factor gamma"""
     gae_lambda: float = 0.95
-    """the lambda for the general advantage estimation"""
     num_minibatches: int = 4
-    """the number of mini-batches"""
     update_epochs: int = 4
-    """the K epochs to update the policy"""
-    norm_adv: bool = True
-    """Toggles advantages normalization"""
     clip_coef: float = 0.2
-    """the surrogate clipping coefficient"""
-    clip_vloss: bool = True
-    """Toggles whether or not to use a clipped loss for the value function, as per the paper."""
     ent_coef: float = 0.01
-    """coefficient of the entropy"""
     vf_coef: float = 0.5
-    """coefficient of the value function"""
     max_grad_norm: float = 0.5
-    """the maximum norm for the gradient clipping"""
-    target_kl: float = None
-    """the target KL divergence threshold"""
-
-    # to be filled in runtime
-    batch_size: int = 0
-    """the batch size (computed in runtime)"""
-    minibatch_size: int = 0
-    """the mini-batch size (computed in runtime)"""
-    num_iterations: int = 0
-    """the number of iterations (computed in runtime)"""
 
 
-def layer_init(layer, std=np.sqrt(2), bias_const=0.0):
-    torch.nn.init.orthogonal_(layer.weight, std)
-    torch.nn.init.constant_(layer.bias, bias_const)
-    return layer
+def parse_args() -> Args:
+    """``--kebab-case`` flags for the fields of ``Args`` (``--no-cuda`` for a boolean)."""
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    for field in dataclasses.fields(Args):
+        flag = "--" + field.name.replace("_", "-")
+        if isinstance(field.default, bool):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=field.default)
+        else:
+            parser.add_argument(flag, type=type(field.default), default=field.default)
+    return Args(**vars(parser.parse_args()))
+
+
+def mlp(inputs: int, outputs: int, last_gain: float) -> nn.Sequential:
+    """Two tanh layers of 64, orthogonally initialised; ``last_gain`` scales the output layer."""
+    layers = [nn.Linear(inputs, 64), nn.Tanh(), nn.Linear(64, 64), nn.Tanh(),
+              nn.Linear(64, outputs)]
+    for layer in layers:
+        if isinstance(layer, nn.Linear):
+            gain = last_gain if layer is layers[-1] else np.sqrt(2)
+            nn.init.orthogonal_(layer.weight, gain)
+            nn.init.zeros_(layer.bias)
+    return nn.Sequential(*layers)
 
 
 class Agent(nn.Module):
-    def __init__(self, envs):
+    """Separate policy and value networks over the flattened observation."""
+
+    def __init__(self, obs_size: int, num_actions: int) -> None:
         super().__init__()
-        self.critic = nn.Sequential(
-            layer_init(nn.Linear(np.array(envs.single_observation_space.shape).prod(), 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 1), std=1.0),
-        )
-        self.actor = nn.Sequential(
-            layer_init(nn.Linear(np.array(envs.single_observation_space.shape).prod(), 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, 64)),
-            nn.Tanh(),
-            layer_init(nn.Linear(64, envs.single_action_space.n), std=0.01),
-        )
+        self.actor = mlp(obs_size, num_actions, last_gain=0.01)  # near-uniform at the start
+        self.critic = mlp(obs_size, 1, last_gain=1.0)
 
-    def get_value(self, x):
-        return self.critic(x)
+    def get_value(self, obs: torch.Tensor) -> torch.Tensor:
+        return self.critic(obs).squeeze(-1)
 
-    def get_action_and_value(self, x, action=None):
-        logits = self.actor(x)
-        probs = Categorical(logits=logits)
+    def get_action_and_value(self, obs: torch.Tensor, action: torch.Tensor | None = None):
+        """(action, its log-probability, the policy's entropy, the value) for a batch of obs;
+        samples the action unless one is given (the update re-scores stored actions)."""
+        dist = Categorical(logits=self.actor(obs))
         if action is None:
-            action = probs.sample()
-        return action, probs.log_prob(action), probs.entropy(), self.critic(x)
+            action = dist.sample()
+        return action, dist.log_prob(action), dist.entropy(), self.get_value(obs)
 
 
-if __name__ == "__main__":
-    args = tyro.cli(Args)
-    args.batch_size = int(args.num_envs * args.num_steps)
-    args.minibatch_size = int(args.batch_size // args.num_minibatches)
-    args.num_iterations = args.total_timesteps // args.batch_size
-    run_name = f"{args.env_id}__{args.exp_name}__{args.seed}__{int(time.time())}"
-    if args.track:
-        import wandb
-
-        wandb.init(
-            project=args.wandb_project_name,
-            entity=args.wandb_entity,
-            sync_tensorboard=True,
-            config=vars(args),
-            name=run_name,
-            monitor_gym=True,
-            save_code=True,
-        )
-    writer = SummaryWriter(f"runs/{run_name}")
-    writer.add_text(
-        "hyperparameters",
-        "|param|value|\n|-|-|\n%s" % ("\n".join([f"|{key}|{value}|" for key, value in vars(args).items()])),
-    )
-
-    # TRY NOT TO MODIFY: seeding
-    random.seed(args.seed)
-    np.random.seed(args.seed)
+def main() -> None:
+    args = parse_args()
+    batch_size = args.num_envs * args.num_steps
+    minibatch_size = batch_size // args.num_minibatches
+    num_iterations = args.total_timesteps // batch_size
     torch.manual_seed(args.seed)
-    torch.backends.cudnn.deterministic = args.torch_deterministic
+    np.random.seed(args.seed)
+    device = torch.device("cuda" if args.cuda and torch.cuda.is_available() else "cpu")
+    log = lambda tag, value, step: None  # noqa: E731 (TensorBoard's add_scalar, or nothing)
+    if args.tensorboard:
+        from torch.utils.tensorboard import SummaryWriter
 
-    device = torch.device("cuda" if torch.cuda.is_available() and args.cuda else "cpu")
+        log = SummaryWriter(f"runs/{args.env_id}__ppo__{args.seed}__{int(time.time())}").add_scalar
 
-    # env setup
-    # envfleet: (2) one native kernel steps all envs; SameStep autoreset as Gymnasium 0.29's
+    # envfleet: (1) SameStep autoreset, so that an episode's last step already returns the next
+    # episode's first observation (Gymnasium 0.29's behaviour, which the GAE below assumes);
+    # under 1.x's default, NextStep, the step after `done` would be a reset step with reward 0
+    # and an ignored action, trained on as if it were a real transition
     envs = gym.wrappers.vector.RecordEpisodeStatistics(
-        envfleet.make(args.env_id, args.num_envs, autoreset_mode="SameStep")
-    )
-    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "only discrete action space is supported"
+        envfleet.make(args.env_id, args.num_envs, autoreset_mode="SameStep"))
+    assert isinstance(envs.single_action_space, gym.spaces.Discrete), "discrete actions only"
+    obs_shape = envs.single_observation_space.shape
+    agent = Agent(int(np.prod(obs_shape)), int(envs.single_action_space.n)).to(device)
+    optimizer = torch.optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
 
-    agent = Agent(envs).to(device)
-    optimizer = optim.Adam(agent.parameters(), lr=args.learning_rate, eps=1e-5)
+    # one rollout: row t holds what was seen, chosen and got at step t of every env;
+    # ends[t] says that step t ended the env's episode (obs[t + 1] is then a new episode's)
+    shape = (args.num_steps, args.num_envs)
+    obs = torch.zeros(shape + obs_shape, device=device)
+    actions = torch.zeros(shape, dtype=torch.long, device=device)
+    logprobs, rewards, ends, values = (torch.zeros(shape, device=device) for _ in range(4))
 
-    # ALGO Logic: Storage setup
-    obs = torch.zeros((args.num_steps, args.num_envs) + envs.single_observation_space.shape).to(device)
-    actions = torch.zeros((args.num_steps, args.num_envs) + envs.single_action_space.shape).to(device)
-    logprobs = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    rewards = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    dones = torch.zeros((args.num_steps, args.num_envs)).to(device)
-    values = torch.zeros((args.num_steps, args.num_envs)).to(device)
-
-    # TRY NOT TO MODIFY: start the game
-    global_step = 0
-    start_time = time.time()
-    next_obs, _ = envs.reset(seed=args.seed)
-    next_obs = torch.Tensor(next_obs).to(device)
-    next_done = torch.zeros(args.num_envs).to(device)
-
-    for iteration in range(1, args.num_iterations + 1):
-        # Annealing the rate if instructed to do so.
+    global_step, start = 0, time.time()
+    next_obs = torch.as_tensor(envs.reset(seed=args.seed)[0], dtype=torch.float32, device=device)
+    for iteration in range(num_iterations):
         if args.anneal_lr:
-            frac = 1.0 - (iteration - 1.0) / args.num_iterations
-            lrnow = frac * args.learning_rate
-            optimizer.param_groups[0]["lr"] = lrnow
+            optimizer.param_groups[0]["lr"] = args.learning_rate * (1 - iteration / num_iterations)
 
-        for step in range(0, args.num_steps):
-            global_step += args.num_envs
-            obs[step] = next_obs
-            dones[step] = next_done
-
-            # ALGO LOGIC: action logic
+        for t in range(args.num_steps):
+            obs[t] = next_obs
             with torch.no_grad():
-                action, logprob, _, value = agent.get_action_and_value(next_obs)
-                values[step] = value.flatten()
-            actions[step] = action
-            logprobs[step] = logprob
+                actions[t], logprobs[t], _, values[t] = agent.get_action_and_value(next_obs)
+            next_obs, reward, terminated, truncated, infos = envs.step(actions[t].cpu().numpy())
+            global_step += args.num_envs
+            next_obs = torch.as_tensor(next_obs, dtype=torch.float32, device=device)
+            rewards[t] = torch.as_tensor(reward, device=device)
+            ends[t] = torch.as_tensor(terminated | truncated, device=device)
 
-            # TRY NOT TO MODIFY: execute the game and log data.
-            next_obs, reward, terminations, truncations, infos = envs.step(action.cpu().numpy())
-            next_done = np.logical_or(terminations, truncations)
-            rewards[step] = torch.tensor(reward).to(device).view(-1)
-            next_obs, next_done = torch.Tensor(next_obs).to(device), torch.Tensor(next_done).to(device)
-
-            # envfleet: (3) Gymnasium 1.x: one dict of arrays, "_episode" marks the envs that ended
+            # envfleet: (2) one dict of arrays over the envs; "_episode" marks those that ended
+            # (Gymnasium 0.29 gave a list of per-env dicts in infos["final_info"] instead)
             if "episode" in infos:
                 for i in np.flatnonzero(infos["_episode"]):
                     print(f"global_step={global_step}, episodic_return={infos['episode']['r'][i]}")
-                    writer.add_scalar("charts/episodic_return", infos["episode"]["r"][i], global_step)
-                    writer.add_scalar("charts/episodic_length", infos["episode"]["l"][i], global_step)
+                    log("charts/episodic_return", infos["episode"]["r"][i], global_step)
+                    log("charts/episodic_length", infos["episode"]["l"][i], global_step)
 
-        # bootstrap value if not done
+        # generalised advantage estimation, from the last step back; an episode's end cuts
+        # the bootstrap (truncations too, as CleanRL does)
         with torch.no_grad():
-            next_value = agent.get_value(next_obs).reshape(1, -1)
-            advantages = torch.zeros_like(rewards).to(device)
-            lastgaelam = 0
+            advantages = torch.zeros_like(rewards)
+            following_value = agent.get_value(next_obs)
+            carried = torch.zeros(args.num_envs, device=device)
             for t in reversed(range(args.num_steps)):
-                if t == args.num_steps - 1:
-                    nextnonterminal = 1.0 - next_done
-                    nextvalues = next_value
-                else:
-                    nextnonterminal = 1.0 - dones[t + 1]
-                    nextvalues = values[t + 1]
-                delta = rewards[t] + args.gamma * nextvalues * nextnonterminal - values[t]
-                advantages[t] = lastgaelam = delta + args.gamma * args.gae_lambda * nextnonterminal * lastgaelam
+                alive = 1.0 - ends[t]
+                delta = rewards[t] + args.gamma * following_value * alive - values[t]
+                carried = delta + args.gamma * args.gae_lambda * alive * carried
+                advantages[t] = carried
+                following_value = values[t]
             returns = advantages + values
 
-        # flatten the batch
-        b_obs = obs.reshape((-1,) + envs.single_observation_space.shape)
-        b_logprobs = logprobs.reshape(-1)
-        b_actions = actions.reshape((-1,) + envs.single_action_space.shape)
-        b_advantages = advantages.reshape(-1)
-        b_returns = returns.reshape(-1)
-        b_values = values.reshape(-1)
-
-        # Optimizing the policy and value network
-        b_inds = np.arange(args.batch_size)
-        clipfracs = []
-        for epoch in range(args.update_epochs):
-            np.random.shuffle(b_inds)
-            for start in range(0, args.batch_size, args.minibatch_size):
-                end = start + args.minibatch_size
-                mb_inds = b_inds[start:end]
-
-                _, newlogprob, entropy, newvalue = agent.get_action_and_value(b_obs[mb_inds], b_actions.long()[mb_inds])
-                logratio = newlogprob - b_logprobs[mb_inds]
-                ratio = logratio.exp()
-
-                with torch.no_grad():
-                    # calculate approx_kl http://joschu.net/blog/kl-approx.html
-                    old_approx_kl = (-logratio).mean()
-                    approx_kl = ((ratio - 1) - logratio).mean()
-                    clipfracs += [((ratio - 1.0).abs() > args.clip_coef).float().mean().item()]
-
-                mb_advantages = b_advantages[mb_inds]
-                if args.norm_adv:
-                    mb_advantages = (mb_advantages - mb_advantages.mean()) / (mb_advantages.std() + 1e-8)
-
-                # Policy loss
-                pg_loss1 = -mb_advantages * ratio
-                pg_loss2 = -mb_advantages * torch.clamp(ratio, 1 - args.clip_coef, 1 + args.clip_coef)
-                pg_loss = torch.max(pg_loss1, pg_loss2).mean()
-
-                # Value loss
-                newvalue = newvalue.view(-1)
-                if args.clip_vloss:
-                    v_loss_unclipped = (newvalue - b_returns[mb_inds]) ** 2
-                    v_clipped = b_values[mb_inds] + torch.clamp(
-                        newvalue - b_values[mb_inds],
-                        -args.clip_coef,
-                        args.clip_coef,
-                    )
-                    v_loss_clipped = (v_clipped - b_returns[mb_inds]) ** 2
-                    v_loss_max = torch.max(v_loss_unclipped, v_loss_clipped)
-                    v_loss = 0.5 * v_loss_max.mean()
-                else:
-                    v_loss = 0.5 * ((newvalue - b_returns[mb_inds]) ** 2).mean()
-
-                entropy_loss = entropy.mean()
-                loss = pg_loss - args.ent_coef * entropy_loss + v_loss * args.vf_coef
-
+        flat = {"obs": obs.reshape((batch_size, -1)), "actions": actions.reshape(-1),
+                "logprobs": logprobs.reshape(-1), "advantages": advantages.reshape(-1),
+                "returns": returns.reshape(-1)}
+        clipped = []
+        for _ in range(args.update_epochs):
+            for idx in torch.randperm(batch_size, device=device).split(minibatch_size):
+                mb = {key: value[idx] for key, value in flat.items()}
+                _, logprob, entropy, value = agent.get_action_and_value(mb["obs"], mb["actions"])
+                log_ratio = logprob - mb["logprobs"]
+                ratio = log_ratio.exp()
+                adv = (mb["advantages"] - mb["advantages"].mean()) / (mb["advantages"].std() + 1e-8)
+                # the clipped surrogate: the pessimistic one of the two objectives
+                policy_loss = -torch.min(
+                    ratio * adv, ratio.clamp(1 - args.clip_coef, 1 + args.clip_coef) * adv).mean()
+                value_loss = 0.5 * (value - mb["returns"]).pow(2).mean()
+                loss = policy_loss + args.vf_coef * value_loss - args.ent_coef * entropy.mean()
                 optimizer.zero_grad()
                 loss.backward()
                 nn.utils.clip_grad_norm_(agent.parameters(), args.max_grad_norm)
                 optimizer.step()
+                with torch.no_grad():
+                    approx_kl = ((ratio - 1) - log_ratio).mean()  # k3 estimator of KL(old||new)
+                    clipped.append(((ratio - 1).abs() > args.clip_coef).float().mean().item())
 
-            if args.target_kl is not None and approx_kl > args.target_kl:
-                break
-
-        y_pred, y_true = b_values.cpu().numpy(), b_returns.cpu().numpy()
-        var_y = np.var(y_true)
-        explained_var = np.nan if var_y == 0 else 1 - np.var(y_true - y_pred) / var_y
-
-        # TRY NOT TO MODIFY: record rewards for plotting purposes
-        writer.add_scalar("charts/learning_rate", optimizer.param_groups[0]["lr"], global_step)
-        writer.add_scalar("losses/value_loss", v_loss.item(), global_step)
-        writer.add_scalar("losses/policy_loss", pg_loss.item(), global_step)
-        writer.add_scalar("losses/entropy", entropy_loss.item(), global_step)
-        writer.add_scalar("losses/old_approx_kl", old_approx_kl.item(), global_step)
-        writer.add_scalar("losses/approx_kl", approx_kl.item(), global_step)
-        writer.add_scalar("losses/clipfrac", np.mean(clipfracs), global_step)
-        writer.add_scalar("losses/explained_variance", explained_var, global_step)
-        print("SPS:", int(global_step / (time.time() - start_time)))
-        writer.add_scalar("charts/SPS", int(global_step / (time.time() - start_time)), global_step)
-
+        sps = int(global_step / (time.time() - start))
+        print(f"SPS: {sps}")
+        for tag, value in (("charts/SPS", sps), ("charts/learning_rate",
+                                                 optimizer.param_groups[0]["lr"]),
+                           ("losses/policy_loss", policy_loss.item()),
+                           ("losses/value_loss", value_loss.item()),
+                           ("losses/entropy", entropy.mean().item()),
+                           ("losses/approx_kl", approx_kl.item()),
+                           ("losses/clipfrac", float(np.mean(clipped)))):
+            log(tag, value, global_step)
     envs.close()
-    writer.close()
+
+
+if __name__ == "__main__":
+    main()

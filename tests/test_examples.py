@@ -1,7 +1,6 @@
 """Each script in examples/ (docs/CLIENTS.md: one per RL library) runs for a tiny budget and
 prints what its library's users read: episode returns, evaluations, game results. An example
-whose library is not installed here is skipped (Tianshou, TorchRL: run by hand, see the page);
-CleanRL's script runs with stand-ins for tyro and TensorBoard where they are missing."""
+whose library is not installed here is skipped (Tianshou, TorchRL: run by hand, see the page)."""
 
 from __future__ import annotations
 
@@ -14,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import envfleet
-from tests import example_stand_ins, test_readme
+from tests import test_readme
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
@@ -24,25 +23,19 @@ RUN_HERE = ("cleanrl_ppo.py", "cleanrl_ppo_atari_envpool.py", "sb3_ppo.py",
 CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
 #: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
 RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
-#: imported by an example but not needed by its smoke run: stood in for, or (CleanRL's wandb)
-#: imported only with ``--track``
-NOT_NEEDED = {*example_stand_ins.STANDS_IN, "wandb"}
-#: runs the example as ``__main__`` after putting CleanRL's stand-ins where tyro/tensorboard lack
-RUNNER = ("import runpy, sys; from tests import example_stand_ins; example_stand_ins.install(); "
-          "path = sys.argv.pop(1); sys.argv[0] = path; runpy.run_path(path, run_name='__main__')")
 
 
 def run_example(name: str, *args: str, cwd: Path, timeout: float = 240) -> str:
     """Run examples/``name`` with ``args`` in a fresh interpreter; its stdout (failing on rc)."""
     path = EXAMPLES / name
-    missing = sorted(set(test_readme.missing_modules(path.read_text())) - NOT_NEEDED)
+    missing = test_readme.missing_modules(path.read_text())
     if missing:
         pytest.skip(f"{name} needs {', '.join(missing)}, not installed here")
     source_root = str(Path(envfleet.__file__).resolve().parents[1])  # the envfleet under test
     env = {**os.environ, "PYTHONPATH": os.pathsep.join(
         [source_root, str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])]),
         "ENVFLEET_QUIET": "1"}
-    proc = subprocess.run([sys.executable, "-c", RUNNER, str(path), *args],
+    proc = subprocess.run([sys.executable, str(path), *args],
                           cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     assert proc.returncode == 0, f"examples/{name} {' '.join(args)}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout
@@ -64,9 +57,9 @@ def test_clients_page_block_runs(page, line, source, tmp_path):
 
 
 def test_cleanrl_ppo_prints_episode_returns(tmp_path):
-    """CleanRL's ppo.py on envfleet logs its episodes on Gymnasium 1.x (0.29's final_info loop
-    printed none): CartPole's returns are the episode lengths, 1 <= r <= 500, and every
-    iteration prints its SPS line."""
+    """The CleanRL-style PPO logs its episodes from Gymnasium 1.x's ``info["episode"]`` (a
+    0.29-style final_info loop would print none): CartPole's returns are the episode lengths,
+    1 <= r <= 500, and every iteration prints its SPS line."""
     out = run_example("cleanrl_ppo.py", "--total-timesteps", "1024", "--num-steps", "64",
                       "--num-envs", "4", cwd=tmp_path)
     returns = [float(r) for r in re.findall(r"^global_step=\d+, episodic_return=(\S+)$", out,
@@ -76,31 +69,32 @@ def test_cleanrl_ppo_prints_episode_returns(tmp_path):
     assert len(re.findall(r"^SPS: \d+$", out, re.MULTILINE)) == 1024 // (64 * 4), out
 
 
-#: what CleanRL's ppo_atari_envpool.py does with EnvPool's env (its setup, its
-#: RecordEpisodeStatistics' bookkeeping, its logging line), random actions for the policy
+#: a stand-in for CleanRL's ppo_atari_envpool.py, using EnvPool's env the ways that script does
+#: (the gym-style 4-tuple, single-env spaces set as the batch's attributes, whole-game returns
+#: summed from the unclipped info["reward"] and logged when the last life is gone), with random
+#: actions for the policy
 ENVPOOL_CLIENT = """
 import envpool
 import numpy as np
 
 envs = envpool.make("Breakout-v5", env_type="gym", num_envs=2, episodic_life=True,
                     reward_clip=True)
-envs.num_envs = 2
-envs.single_action_space = envs.action_space
-envs.single_observation_space = envs.observation_space
+for name, value in {"num_envs": 2, "single_action_space": envs.action_space,
+                    "single_observation_space": envs.observation_space}.items():
+    setattr(envs, name, value)  # the script sets these on EnvPool's env
 obs = envs.reset()
 assert obs.shape == (2, *envs.single_observation_space.shape) == (2, 4, 84, 84)
-episode_returns, lives_lost = np.zeros(2), 0
 rng = np.random.default_rng(0)
+game_returns, lives_lost = np.zeros(2), 0
 for step in range(1500):
     obs, reward, done, info = envs.step(rng.integers(0, envs.single_action_space.n, 2))
     assert set(np.unique(reward)) <= {-1.0, 0.0, 1.0} and (info["reward"] >= reward).all()
-    episode_returns += info["reward"]
-    for idx, d in enumerate(done):
-        if d and info["lives"][idx] == 0:
-            print(f"global_step={step}, episodic_return={episode_returns[idx]}")
-        elif d:
-            lives_lost += 1
-    episode_returns *= 1 - info["terminated"]
+    game_returns += info["reward"]
+    game_over = done & (info["lives"] == 0)
+    for env_id in np.flatnonzero(game_over):
+        print(f"global_step={step}, episodic_return={game_returns[env_id]}")
+    lives_lost += int((done & ~game_over).sum())
+    game_returns[info["terminated"] == 1] = 0
 print(f"lives_lost={lives_lost}")
 """
 
@@ -137,7 +131,7 @@ def test_pettingzoo_chess_plays_games(tmp_path):
 
 
 def test_tianshou_dqn_trains_and_tests(tmp_path):
-    """Tianshou's DQN example on single native envs: an epoch, then a 10-episode test."""
+    """DQN with Tianshou on single native envs: an epoch, then a 10-episode greedy test."""
     out = run_example("tianshou_dqn.py", "--epochs", "1", "--epoch-num-steps", "500",
                       "--num-test-envs", "10", cwd=tmp_path)
     match = re.search(r"test: mean_return=([\d.]+) over 10 episodes$", out, re.MULTILINE)
