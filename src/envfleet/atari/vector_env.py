@@ -129,14 +129,9 @@ def make_atari(env_id: str, num_envs: int, *,
                               registered.get("max_num_frames_per_episode"))
     if max_frames is not None:
         max_frames = _positive_int("max_num_frames_per_episode", max_frames, 1)
-    if num_threads is not None:
-        import numba
+    from envfleet.native.numba_backend import check_num_threads
 
-        top = numba.config.NUMBA_NUM_THREADS
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not (
-                1 <= num_threads <= top):
-            raise ValueError(f"num_threads must be an int in 1..{top} (NUMBA_NUM_THREADS), "
-                             f"got {num_threads!r}")
+    check_num_threads(num_threads)
     engine = AtariEngine(
         game, num_envs, mode=_MODES[mode], noop_max=noop_max, frame_skip=frame_skip,
         screen_size=_screen(settings["screen_size"]),

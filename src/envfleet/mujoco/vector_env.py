@@ -32,7 +32,7 @@ from envfleet.contract import (
     needs_reset_error,
 )
 from envfleet.mujoco import kernels as k
-from envfleet.native.numba_backend import ThreadChoice, default_threads
+from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
 
 
@@ -183,12 +183,7 @@ def make_mujoco(env_id: str, num_envs: int, *,
     frame_skip = settings["frame_skip"]
     if isinstance(frame_skip, bool) or not isinstance(frame_skip, int) or frame_skip < 1:
         raise ValueError(f"frame_skip must be an int >= 1, got {frame_skip!r}")
-    if num_threads is not None:
-        top = numba.config.NUMBA_NUM_THREADS
-        if isinstance(num_threads, bool) or not isinstance(num_threads, int) or not (
-                1 <= num_threads <= top):
-            raise ValueError(f"num_threads must be an int in 1..{top} (NUMBA_NUM_THREADS), "
-                             f"got {num_threads!r}")
+    check_num_threads(num_threads)
     return MujocoVectorEnv(env_id, num_envs, family, settings, autoreset_mode=mode, seed=seed,
                            copy=copy, max_episode_steps=max_episode_steps,
                            num_threads=num_threads, model_params=model_params)

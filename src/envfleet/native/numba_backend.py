@@ -123,6 +123,15 @@ def default_threads() -> int:
     return max(1, min(usable_cores(), numba.config.NUMBA_NUM_THREADS))
 
 
+def check_num_threads(num_threads: int | None) -> None:
+    """Refuse ``num_threads`` unless it is None (the default) or an int numba can run."""
+    top = numba.config.NUMBA_NUM_THREADS
+    if num_threads is not None and (isinstance(num_threads, bool) or not isinstance(
+            num_threads, int) or not 1 <= num_threads <= top):
+        raise ValueError(f"num_threads must be an int in 1..{top} (NUMBA_NUM_THREADS), "
+                         f"got {num_threads!r}")
+
+
 class ThreadChoice:
     """Default threads for an engine whose loop calls a C simulator over the envs (Atari,
     MuJoCo): every ``PROBE_EVERY`` steps one step runs on the other count (1 or
@@ -374,15 +383,12 @@ class NumbaEngine:
 
     def __init__(self, spec: NativeEnvSpec, num_envs: int, mode: int, params: tuple,
                  max_episode_steps: int, num_threads: int | None = None) -> None:
-        max_threads = numba.config.NUMBA_NUM_THREADS
+        check_num_threads(num_threads)
         #: default threads adapt: a machine whose other work holds a core makes a threaded
         #: step wait for its descheduled thread (measured 2-4x slower than one thread)
         self.adaptive = num_threads is None
         if num_threads is None:
             num_threads = default_threads()
-        elif not isinstance(num_threads, int) or not 1 <= num_threads <= max_threads:
-            raise ValueError(f"num_threads must be an int in 1..{max_threads} "
-                             f"(NUMBA_NUM_THREADS), got {num_threads!r}")
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         self.params, self.max_episode_steps = params, max_episode_steps
         # what the kernels see (compiled in): the family may keep part of params to itself
