@@ -1,5 +1,6 @@
 """The import structure of ``src/envfleet``: no import cycle, no import from a lower layer to a
-higher one (docs/ARCHITECTURE.md, "Layers").
+higher one (docs/ARCHITECTURE.md, "Layers"), and the env families (``envs/``), the guide's code
+and the examples reach the native layer only through the kernel contract, ``envfleet.kernels``.
 
 The graph is read from the source with ``ast``: every ``import`` of an envfleet module counts,
 at module level or inside a function (a lazy import is still a dependency), except in an
@@ -13,10 +14,19 @@ choice of the importing module).
 from __future__ import annotations
 
 import ast
+import re
 from collections.abc import Iterator
 from pathlib import Path
 
-PACKAGE = Path(__file__).resolve().parents[1] / "src" / "envfleet"
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "src" / "envfleet"
+
+#: the one module of the native layer that a family (``envfleet.envs``) and the guide's code
+#: (docs, examples) import: the kernel contract
+CONTRACT = "envfleet.kernels"
+#: the pages whose code teaches writing a family, and the examples
+GUIDE = ("README.md", "docs/USAGE.md", "docs/NATIVE_ENVS.md")
+GUIDE_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
 
 #: the layers, lowest first: a module may import its own layer's modules and lower layers'
 #: (module name prefixes; the longest matching prefix places a module)
@@ -25,9 +35,10 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # what every subcommand shares: no envfleet imports
     ("base", ("envfleet.contract", "envfleet.machine", "envfleet.backends",
               "envfleet.command")),
-    # the kernel contract and the engines, native construction, make()'s memory estimate:
-    # nothing env-specific
-    ("native", ("envfleet.native", "envfleet.memory")),
+    # the kernel contract (``envfleet.kernels``, the public face of what ``native/`` holds for
+    # a family) and the engines, native construction, make()'s memory estimate: nothing
+    # env-specific
+    ("native", ("envfleet.native", "envfleet.kernels")),
     # the native families, and the batched engines over C simulators (Atari, MuJoCo)
     ("envs", ("envfleet.envs", "envfleet.atari", "envfleet.mujoco")),
     ("executors", ("envfleet.executors",)),  # N copies of any Gymnasium env
@@ -188,3 +199,45 @@ def test_the_checks_see_cycles_and_upward_imports() -> None:
         [["a", "b", "c"]]
     assert layer_of("envfleet.executors.ray") > layer_of("envfleet.native.build")
     assert layer_of("envfleet.bench.chess.games") > layer_of("envfleet.train.cli")
+    assert _native_imports("import envfleet.kernels\nfrom envfleet.native import rng\n"
+                           "from envfleet import kernels\nimport envfleet.native.spec\n") == \
+        ["envfleet.native", "envfleet.native.spec"]
+
+
+def test_families_import_only_the_kernel_contract_from_the_native_layer() -> None:
+    native = layer_of("envfleet.native")
+    found = [f"  {module} imports {dep} at line {line}"
+             for module, deps in sorted(import_graph().items())
+             if module == "envfleet.envs" or module.startswith("envfleet.envs.")
+             for dep, line in sorted(deps.items())
+             if layer_of(dep) == native and dep != CONTRACT]
+    assert not found, (f"a family imports the native layer other than through {CONTRACT}:\n"
+                       + "\n".join(found))
+
+
+def _native_imports(source: str) -> list[str]:
+    """The envfleet modules of the native layer other than ``CONTRACT`` that ``source``
+    imports."""
+    found = []
+    for node in _imports(ast.parse(source)):
+        names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                 else [node.module or ""])
+        found += [n for n in names if n.startswith("envfleet.")
+                  and layer_of(n) == layer_of("envfleet.native") and n != CONTRACT]
+    return found
+
+
+def test_the_guide_and_the_examples_import_only_the_kernel_contract() -> None:
+    """The guide's code (its ``python`` blocks) and the examples name ``envfleet.kernels``,
+    never a module of ``envfleet.native``, in their imports and in their text."""
+    found = []
+    for page in GUIDE:
+        text = (ROOT / page).read_text()
+        found += [f"  {page}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}"
+                  for m in re.finditer(r"envfleet\.native[\w.]*", text)]
+        for block in GUIDE_BLOCK.findall(text):
+            found += [f"  {page}: imports {name}" for name in _native_imports(block)]
+    for path in sorted((ROOT / "examples").glob("*.py")):
+        found += [f"  examples/{path.name}: imports {name}"
+                  for name in _native_imports(path.read_text())]
+    assert not found, f"the guide reaches past {CONTRACT}:\n" + "\n".join(found)

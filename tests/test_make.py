@@ -8,7 +8,7 @@ import pytest
 from gymnasium.vector import AutoresetMode
 
 import envfleet
-import envfleet.memory
+import envfleet.native.memory
 from envfleet.native import numba_backend
 
 
@@ -273,7 +273,7 @@ def test_spaces_match_gymnasium() -> None:
 @pytest.mark.parametrize("backend", ["numba", "torch"])
 def test_a_make_too_large_for_memory_is_refused_before_allocating(backend) -> None:
     """10**9 CartPoles (~110 GiB of buffers) is an error naming the sizes, not the OOM killer."""
-    from envfleet.memory import available_host_memory, native_bytes
+    from envfleet.native.memory import available_host_memory, native_bytes
 
     if backend == "torch":
         pytest.importorskip("torch")
@@ -291,7 +291,7 @@ def test_a_make_too_large_for_memory_is_refused_before_allocating(backend) -> No
 @pytest.mark.parametrize("backend", ["numba", "serial", "pool"])
 def test_make_compares_its_estimate_with_the_available_memory(backend, monkeypatch) -> None:
     """With 1 MiB available, 10**5 envs (native buffers or executor envs) are refused."""
-    monkeypatch.setattr(envfleet.memory, "available_host_memory", lambda: 2**20)
+    monkeypatch.setattr(envfleet.native.memory, "available_host_memory", lambda: 2**20)
     with pytest.raises(MemoryError, match=r"num_envs=100000.* but only 1.0 MiB"):
         envfleet.make("CartPole-v1", 10**5, backend=backend)
     assert envfleet.make("CartPole-v1", 100, backend="numba").num_envs == 100

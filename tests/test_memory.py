@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 import envfleet
-from envfleet.memory import native_bytes
+from envfleet.native.memory import native_bytes
 from envfleet.native.vector_env import batched_space
 from envfleet.registry import NATIVE_ENVS
 

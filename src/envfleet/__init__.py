@@ -2,7 +2,8 @@
 
 ``envfleet.make(env_id, num_envs, backend=...)`` returns a ``gymnasium.vector.VectorEnv``.
 ``envfleet.register_native_env(spec)`` adds a native env family written by a user (a
-``NativeEnvSpec`` with ``kernel_function`` kernels; docs/NATIVE_ENVS.md).
+``NativeEnvSpec`` with ``kernel_function`` kernels, both from ``envfleet.kernels``, the kernel
+contract; docs/NATIVE_ENVS.md).
 The submodules with optional dependencies (``envfleet.sb3``: Stable-Baselines3; ``bench``,
 ``train``: the command line's jobs) are imported on first use, so ``import envfleet`` stays
 light and works without the extras.
@@ -14,9 +15,9 @@ from types import ModuleType
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors import EnvWorkerError
-from envfleet.memory import InsufficientMemoryError
-from envfleet.native.jit import KernelCompileError, kernel_function
-from envfleet.native.spec import InvalidSpecError, NativeEnvSpec
+from envfleet.native.jit import KernelCompileError, KernelIndexError
+from envfleet.native.memory import InsufficientMemoryError
+from envfleet.native.spec import InvalidSpecError
 from envfleet.registry import (
     BackendUnavailableError,
     UnknownEnvError,
@@ -36,10 +37,9 @@ __all__ = [
     "InsufficientMemoryError",
     "InvalidSpecError",
     "KernelCompileError",
-    "NativeEnvSpec",
+    "KernelIndexError",
     "UnknownEnvError",
     "available_backends",
-    "kernel_function",
     "list_envs",
     "make",
     "register_native_env",

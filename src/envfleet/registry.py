@@ -33,9 +33,9 @@ from envfleet.backends import (
 )
 from envfleet.contract import check_make_arguments, check_single_action
 from envfleet.envs import FAMILIES, NATIVE_ENVS
-from envfleet.memory import check_executor_memory
 from envfleet.mujoco import is_mujoco_id, make_mujoco
 from envfleet.native.build import build_native, native_backend_status
+from envfleet.native.memory import check_executor_memory
 from envfleet.native.spec import (
     UNLIMITED_STEPS,
     NativeEnvSpec,

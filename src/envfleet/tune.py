@@ -104,7 +104,7 @@ def profile_env(env_id: str, seconds: float, seed: int = 0, native: bool | None 
     native = is_native(env_id) if native is None else native and is_native(env_id)
     if native:
         import envfleet
-        from envfleet.memory import native_bytes
+        from envfleet.native.memory import native_bytes
 
         spec = NATIVE_ENVS[_native_name(env_id)]  # any form of the id (make()'s lookup)
         env = envfleet.make(env_id, 1, backend="numba", num_threads=1, seed=seed)
@@ -304,7 +304,7 @@ def tune(env_id: str, budget_s: float = 60.0, backends: list[str] | None = None,
     about ``budget_s`` seconds; return the fastest under ``memory_cap`` bytes (default: half
     of the memory available now)."""
     from envfleet.bench.measure import PointSpec, run_point
-    from envfleet.memory import available_host_memory
+    from envfleet.native.memory import available_host_memory
     from envfleet.registry import _native_name, importable_id
 
     if memory_cap is None:

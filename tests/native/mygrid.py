@@ -13,7 +13,7 @@ import numpy as np
 from gymnasium import spaces
 
 import envfleet
-from envfleet.native.rng import env_uniform
+from envfleet.kernels import NativeEnvSpec, env_uniform, kernel_function
 
 ENV_ID = "MyGrid-v0"
 
@@ -26,13 +26,13 @@ def make_params(size: int = 5) -> MyGridParams:
     return MyGridParams(int(size))
 
 
-@envfleet.kernel_function
+@kernel_function
 def reset_one(i, state, params, rng, obs):
     state.pos[i] = int(env_uniform(rng, i, 0, 0.0, 2.0))
     obs[i, 0] = np.float32(state.pos[i])
 
 
-@envfleet.kernel_function
+@kernel_function
 def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     pos = state.pos[i] + (1 if actions[i] == 1 else -1)
     pos = min(max(pos, 0), params.size - 1)
@@ -42,7 +42,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     rewards[i] = 1.0 if pos == params.size - 1 else -0.1
 
 
-SPEC = envfleet.NativeEnvSpec(
+SPEC = NativeEnvSpec(
     id=ENV_ID,
     observation_space=spaces.Box(np.float32([0]), np.float32([4]), dtype=np.float32),
     action_space=spaces.Discrete(2),

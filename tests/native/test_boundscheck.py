@@ -16,6 +16,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 import envfleet
+from envfleet.kernels import NativeEnvSpec, kernel_function
 from envfleet.native.jit import BOUNDSCHECK_VARIABLE, KernelIndexError
 
 NUM_ENVS = 6
@@ -30,19 +31,19 @@ def make_params(columns: int = 5) -> Params:
     return Params(columns)
 
 
-@envfleet.kernel_function
+@kernel_function
 def reset_one(i, state, params, rng, obs):
     state.t[i] = 0
     for k in range(obs.shape[1]):
         obs[i, k] = np.float32(0.0)
 
 
-@envfleet.kernel_function
+@kernel_function
 def write_past_the_row(i, obs, value):
     obs[i, 5] = value  # obs has 5 columns
 
 
-@envfleet.kernel_function
+@kernel_function
 def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     """Action 1 writes one past env i's row, on the env's second step."""
     state.t[i] += 1
@@ -53,7 +54,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def reset_past_the_row(i, state, params, rng, obs):
     """Env 2's reset writes past its row."""
     state.t[i] = 0
@@ -61,7 +62,7 @@ def reset_past_the_row(i, state, params, rng, obs):
         obs[i, k] = np.float32(1.0)
 
 
-@envfleet.kernel_function
+@kernel_function
 def read_past_the_row(i, state, params, actions, rng, obs, rewards, terminated):
     """Action 1 makes env 0 read ``obs[0, 5]``: inside the buffer (env 1's first column), so
     harmless unchecked; a bounds-checked kernel refuses it."""
@@ -71,7 +72,7 @@ def read_past_the_row(i, state, params, actions, rng, obs, rewards, terminated):
     terminated[i] = False
 
 
-SPEC = envfleet.NativeEnvSpec(
+SPEC = NativeEnvSpec(
     id="PastTheRow-v0",
     observation_space=spaces.Box(-np.inf, np.inf, (5,), np.float32),
     action_space=spaces.Discrete(2),

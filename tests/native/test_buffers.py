@@ -13,8 +13,8 @@ import pytest
 from envfleet.envs import FAMILIES
 from envfleet.envs.chess.env import MASK_BYTES
 from envfleet.envs.chess.env import SPEC as CHESS
-from envfleet.memory import native_bytes
 from envfleet.native.driver import NEXT_STEP
+from envfleet.native.memory import native_bytes
 from envfleet.native.numba_backend import NumbaEngine
 from envfleet.native.spec import PARAMS, InvalidSpecError, check_spec
 

@@ -184,12 +184,12 @@ def test_kernels_compiled_in_different_processes_load_side_by_side(tmp_path):
 # --- a user's family in its own files, edited between processes ---------------------------
 
 HELPER = """
-import envfleet
+from envfleet.kernels import kernel_function
 
 SCALE = {scale}
 
 
-@envfleet.kernel_function
+@kernel_function
 def scaled(x):
     return x * SCALE
 """
@@ -200,21 +200,21 @@ from typing import NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-import envfleet
 import counter_helper
+from envfleet.kernels import NativeEnvSpec, kernel_function
 
 
 class Params(NamedTuple):
     start: float
 
 
-@envfleet.kernel_function
+@kernel_function
 def reset_one(i, state, params, rng, obs):
     state.count[i] = params.start
     obs[i, 0] = np.float32(state.count[i])
 
 
-@envfleet.kernel_function
+@kernel_function
 def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     state.count[i] += actions[i]
     obs[i, 0] = np.float32(state.count[i])
@@ -222,7 +222,7 @@ def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     terminated[i] = False
 
 
-SPEC = envfleet.NativeEnvSpec(
+SPEC = NativeEnvSpec(
     id="Counter-v0",
     observation_space=spaces.Box(-np.inf, np.inf, (1,), np.float32),
     action_space=spaces.Discrete(3),

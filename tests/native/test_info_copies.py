@@ -13,6 +13,7 @@ import pytest
 from gymnasium import spaces
 
 import envfleet
+from envfleet.kernels import NativeEnvSpec, kernel_function
 
 MODES = ("NextStep", "SameStep", "Disabled")
 
@@ -123,7 +124,7 @@ class TallyParams(NamedTuple):
     start: int
 
 
-@envfleet.kernel_function
+@kernel_function
 def _tally_reset(i, state, params, rng, obs):
     state.count[i] = params.start
     for a in range(2):
@@ -132,7 +133,7 @@ def _tally_reset(i, state, params, rng, obs):
     obs[i, 0] = 0.0
 
 
-@envfleet.kernel_function
+@kernel_function
 def _tally_step(i, state, params, actions, rng, obs, rewards, terminated):
     count = state.count[i] + actions[i] + 1
     state.count[i] = count
@@ -145,7 +146,7 @@ def _tally_step(i, state, params, actions, rng, obs, rewards, terminated):
 
 
 #: a user family whose info columns hold one value per env and a 2 x 3 block per env
-TALLY = envfleet.NativeEnvSpec(
+TALLY = NativeEnvSpec(
     id="Tally-v0", observation_space=spaces.Box(0.0, 100.0, (1,), np.float32),
     action_space=spaces.Discrete(2),
     state={"count": (np.int64, ()), "grid": (np.float32, (2, 3))},

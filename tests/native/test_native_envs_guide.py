@@ -47,7 +47,7 @@ def test_guide_example_runs_and_shows_what_it_claims(tmp_path):
     assert f"GridWalk-v1: ['numba'{cuda}]" in out
     assert re.search(r"agrees with the reference on \d{3,} steps \([1-9]\d* goals\)", out), out
     assert ("Broken-v0: NativeEnvSpec.step_one is not decorated: decorate it (and every helper "
-            "it calls) with @envfleet.kernel_function") in out
+            "it calls) with @envfleet.kernels.kernel_function") in out
     assert f"MiniBreakout-v0: ['numba'{cuda}]" in out
     assert re.search(r"numba: [1-9]\d* bricks, [1-9]\d* episodes ended", out), out
     assert "MinAtar/Breakout-v1: same trajectories as MiniBreakout-v0 on numba (200 steps)" in out

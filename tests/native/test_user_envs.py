@@ -19,7 +19,7 @@ from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
 import envfleet
-from envfleet.native.rng import env_uniform, env_uniform_torch
+from envfleet.kernels import NativeEnvSpec, env_uniform, env_uniform_torch, kernel_function
 from envfleet.registry import NATIVE_ENVS
 from tests.reference import as_numpy
 
@@ -43,7 +43,7 @@ def make_params(gravity: float = 9.8, kick: float = 2.0, wind: float = 0.3,
                         float(ceiling), 0.1)
 
 
-@envfleet.kernel_function
+@kernel_function
 def reset_one(i, state, params, rng, obs):
     state.h[i] = env_uniform(rng, i, 0, 0.5, 1.0)
     state.v[i] = env_uniform(rng, i, 1, -0.1, 0.1)
@@ -51,7 +51,7 @@ def reset_one(i, state, params, rng, obs):
     obs[i, 1] = np.float32(state.v[i])
 
 
-@envfleet.kernel_function
+@kernel_function
 def step_one(i, state, params, actions, rng, obs, rewards, terminated):
     p = params
     h = state.h[i]
@@ -105,7 +105,7 @@ def step_torch(state, params, actions, rng, obs, rewards, terminated):
     rewards.copy_(torch.where(out, -1.0, h))
 
 
-SPEC = envfleet.NativeEnvSpec(
+SPEC = NativeEnvSpec(
     id="Bounce-v0",
     observation_space=spaces.Box(np.array([0.0, -np.inf], np.float32),
                                  np.array([np.inf, np.inf], np.float32), dtype=np.float32),
@@ -176,13 +176,13 @@ def ladder_tables() -> dict[str, np.ndarray]:
             "prize": np.linspace(0.0, 0.7, 8)}
 
 
-@envfleet.kernel_function
+@kernel_function
 def ladder_reset(i, state, params, rng, obs):
     state.rung[i] = 0
     obs[i, 0] = 0.0
 
 
-@envfleet.kernel_function
+@kernel_function
 def ladder_step(i, state, params, actions, rng, obs, rewards, terminated):
     rung = state.rung[i] + (state.jump[state.rung[i]] if actions[i] == 1 else 1)
     rung = min(rung, params.rungs - 1)
@@ -192,7 +192,7 @@ def ladder_step(i, state, params, actions, rng, obs, rewards, terminated):
     terminated[i] = rung == params.rungs - 1
 
 
-LADDER = envfleet.NativeEnvSpec(
+LADDER = NativeEnvSpec(
     id="Ladder-v0",
     observation_space=spaces.Box(0.0, 7.0, (1,), np.float32),
     action_space=spaces.Discrete(2),
@@ -386,7 +386,7 @@ def plain_step(i, state, params, actions, rng, obs, rewards, terminated):
     rewards[i] = 0.0
 
 
-@envfleet.kernel_function
+@kernel_function
 def short_step(i, state, params, actions, rng, obs):
     obs[i, 0] = 0.0
 
@@ -420,7 +420,7 @@ BAD_SPECS = {
     "missing reset_one": (dict(reset_one=None), r"NativeEnvSpec.reset_one is missing"),
     "plain step_one": (dict(step_one=plain_step),
                        r"NativeEnvSpec.step_one is not decorated: decorate it .* with "
-                       r"@envfleet.kernel_function"),
+                       r"@envfleet.kernels.kernel_function"),
     "njit step_one": (dict(step_one=numba.njit(plain_step)),
                       r"step_one is a numba.njit dispatcher, which CUDA device code cannot call"),
     "step_one arguments": (dict(step_one=short_step),
@@ -486,7 +486,7 @@ def helper(x):  # a plain Python function: kernels cannot call it
     return math.sqrt(x)
 
 
-@envfleet.kernel_function
+@kernel_function
 def untypable_step(i, state, params, actions, rng, obs, rewards, terminated):
     state.h[i] = helper(state.h[i])
     terminated[i] = False
@@ -510,14 +510,14 @@ def test_kernel_numba_cannot_type_is_explained():
     assert isinstance(caught.value.__cause__, numba.core.errors.TypingError)
 
 
-@envfleet.kernel_function
+@kernel_function
 def zeros_step(i, state, params, actions, rng, obs, rewards, terminated):
     scratch = np.zeros(2)  # allocates
     state.h[i] = scratch[0]
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def empty_step(i, state, params, actions, rng, obs, rewards, terminated):
     scratch = np.empty(2)  # allocates
     scratch[0] = 1.0
@@ -525,48 +525,48 @@ def empty_step(i, state, params, actions, rng, obs, rewards, terminated):
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def list_step(i, state, params, actions, rng, obs, rewards, terminated):
     kicks = [1.0, 2.0]  # allocates
     state.h[i] = kicks[0]
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def comprehension_step(i, state, params, actions, rng, obs, rewards, terminated):
     kicks = [k * 1.0 for k in range(3)]  # allocates
     state.h[i] = kicks[0]
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def copy_step(i, state, params, actions, rng, obs, rewards, terminated):
     row = obs[i, :].copy()  # allocates
     state.h[i] = row[0]
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def expression_step(i, state, params, actions, rng, obs, rewards, terminated):
     row = obs[i, :] * 2.0  # allocates
     state.h[i] = row[0]
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def allocating_helper(x):
     scratch = np.zeros(3)  # allocates
     scratch[0] = x
     return scratch[0]
 
 
-@envfleet.kernel_function
+@kernel_function
 def helper_step(i, state, params, actions, rng, obs, rewards, terminated):
     state.h[i] = allocating_helper(state.h[i])
     terminated[i] = False
 
 
-@envfleet.kernel_function
+@kernel_function
 def allocating_reset(i, state, params, rng, obs):
     start = np.array([0.5, 0.0])  # allocates
     state.h[i] = start[0]

@@ -256,21 +256,21 @@ JOIN = textwrap.dedent("""
     from gymnasium import spaces
 
     import envfleet
-    from envfleet.native.rng import env_uniform
+    from envfleet.kernels import NativeEnvSpec, env_uniform, kernel_function
 
     class Params(NamedTuple):
         step: float
 
-    @envfleet.kernel_function
+    @kernel_function
     def moved(x, d):
         return x + d
 
-    @envfleet.kernel_function
+    @kernel_function
     def reset_one(i, state, params, rng, obs):
         state.x[i] = env_uniform(rng, i, 0, -1.0, 1.0)
         obs[i, 0] = np.float32(state.x[i])
 
-    @envfleet.kernel_function
+    @kernel_function
     def step_one(i, state, params, actions, rng, obs, rewards, terminated):
         x = moved(state.x[i], params.step if actions[i] == 1 else -params.step)
         state.x[i] = x
@@ -278,7 +278,7 @@ JOIN = textwrap.dedent("""
         terminated[i] = abs(x) > 2.0
         rewards[i] = 1.0
 
-    envfleet.register_native_env(envfleet.NativeEnvSpec(
+    envfleet.register_native_env(NativeEnvSpec(
         id="MainWalk-v0", observation_space=spaces.Box(-9, 9, (1,), np.float32),
         action_space=spaces.Discrete(2), state={"x": (np.float64, ())},
         make_params=lambda step=0.5: Params(float(step)), max_episode_steps=20,

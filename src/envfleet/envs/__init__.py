@@ -13,7 +13,7 @@ from envfleet.envs import (
 )
 from envfleet.envs.chess import env as chess
 from envfleet.envs.minatar import SPECS as MINATAR
-from envfleet.native.spec import NativeEnvSpec
+from envfleet.kernels import NativeEnvSpec
 
 FAMILIES: dict[str, NativeEnvSpec] = {spec.id: spec for spec in (
     cartpole.SPEC, acrobot.SPEC, mountain_car.SPEC, pendulum.SPEC, mountain_car_continuous.SPEC,

@@ -23,12 +23,21 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native import tensor_math
-from envfleet.native.elementwise import clip, cos, dual, sin, where
-from envfleet.native.jit import kernel_function
-from envfleet.native.render import ReferenceRenderer
-from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, as_float, one_value
+from envfleet.kernels import (
+    NativeEnvSpec,
+    ReferenceRenderer,
+    as_float,
+    clip,
+    cos,
+    dual,
+    env_uniform,
+    env_uniform_torch,
+    kernel_function,
+    on_host,
+    one_value,
+    sin,
+    where,
+)
 
 # Gymnasium's class attributes (AcrobotEnv)
 DT = 0.2
@@ -287,7 +296,7 @@ def _wrap_batch(x: Any, m: float, big_m: float) -> Any:
     a device (where that test would read a value back every pass, and a captured step can read
     none) ``DEVICE_WRAPS`` passes each way, a pass that finds nothing to wrap changing nothing."""
     diff = big_m - m
-    if tensor_math.on_host(x):
+    if on_host(x):
         xp = np if isinstance(x, np.ndarray) else _torch()
         while bool((x > big_m).any()):
             x = xp.where(x > big_m, x - diff, x)
@@ -311,11 +320,11 @@ def _torch() -> Any:
 def _write_obs_torch(state: Any, obs: Any) -> Any:
     """Write every env's observation; returns cos(theta1) (float64) for the goal test."""
     theta1, theta2, dtheta1, dtheta2 = state
-    cos_theta1 = tensor_math.cos(theta1)
+    cos_theta1 = cos.batched(theta1)  # the batched form itself: no per-call dispatch
     obs[:, 0] = cos_theta1
-    obs[:, 1] = tensor_math.sin(theta1)
-    obs[:, 2] = tensor_math.cos(theta2)
-    obs[:, 3] = tensor_math.sin(theta2)
+    obs[:, 1] = sin.batched(theta1)
+    obs[:, 2] = cos.batched(theta2)
+    obs[:, 3] = sin.batched(theta2)
     obs[:, 4] = dtheta1
     obs[:, 5] = dtheta2
     return cos_theta1

@@ -12,12 +12,22 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native import tensor_math
-from envfleet.native.elementwise import cos, sin, where
-from envfleet.native.jit import kernel_function, step_rows
-from envfleet.native.render import ReferenceRenderer
-from envfleet.native.rng import env_uniform, env_uniforms_torch
-from envfleet.native.spec import NativeEnvSpec, finite_param, physics_param
+from envfleet.kernels import (
+    NativeEnvSpec,
+    ReferenceRenderer,
+    cos,
+    env_uniform,
+    env_uniforms_torch,
+    finite_param,
+    host_arrays,
+    kernel_function,
+    on_host,
+    physics_param,
+    sin,
+    step_rows,
+    takes_arrays,
+    where,
+)
 
 
 class CartPoleParams(NamedTuple):
@@ -168,20 +178,19 @@ def step_one(i: int, state: Any, params: Any, actions: Any, rng: Any, obs: Any,
 
 
 # --- torch: the same dynamics over the whole batch ------------------------------------------
-# CPU tensors run as NumPy views of them (``tensor_math.host_arrays``); the step there is the
-# kernel itself, compiled over the rows (``_step_host``); other devices run ``dynamics`` on
-# tensors.
+# CPU tensors run as NumPy views of them (``host_arrays``); the step there is the kernel
+# itself, compiled over the rows (``_step_host``); other devices run ``dynamics`` on tensors.
 
 
-@tensor_math.takes_arrays
+@takes_arrays
 def reset_torch(mask: Any, state: Any, params: Any, rng: Any, obs: Any) -> None:
     """Reset the envs where ``mask`` is set (``rng`` already advanced for them); on the host
     the torch engine hands over only those envs, so each draws its 4 numbers and nothing else
     does. On a device the mask is applied without reading it back (capturable)."""
     fresh = env_uniforms_torch(rng, 4, params.reset_low, params.reset_high)  # (m, 4)
-    if tensor_math.on_host(fresh):
+    if on_host(fresh):
         if not isinstance(obs, np.ndarray):
-            fresh, mask, state, obs = tensor_math.host_arrays((fresh, mask, state, obs))
+            fresh, mask, state, obs = host_arrays((fresh, mask, state, obs))
         if not mask.all():
             fresh = np.where(mask[:, None], fresh, np.stack(state, axis=1))
     else:
@@ -211,14 +220,14 @@ def _signed_force(force_mag: Any, actions: Any) -> Any:
 _FORCES: dict[tuple, Any] = {}
 
 
-@tensor_math.takes_arrays
+@takes_arrays
 def step_torch(state: Any, params: Any, actions: Any, rng: Any, obs: Any, rewards: Any,
                terminated: Any) -> None:
     """``step_one`` for every env at once: ``dynamics`` over the whole batch; on the host,
     ``step_one`` itself, compiled over the rows (``_step_host``)."""
-    if tensor_math.on_host(obs):
+    if on_host(obs):
         if not isinstance(obs, np.ndarray):
-            state, params, actions, obs, rewards, terminated = tensor_math.host_arrays(
+            state, params, actions, obs, rewards, terminated = host_arrays(
                 (state, params, actions, obs, rewards, terminated))
         _step_host(state, params, actions, obs, rewards, terminated)
         return
@@ -239,7 +248,7 @@ _SCALAR_ROWS = 6
 
 def _step_host(state: tuple, p: CartPoleParams, actions: np.ndarray, obs: np.ndarray,
                rewards: np.ndarray, terminated: np.ndarray) -> None:
-    """``step_torch`` on NumPy arrays: ``step_one`` over the rows, compiled (``jit.step_rows``;
+    """``step_torch`` on NumPy arrays: ``step_one`` over the rows, compiled (``step_rows``;
     ``dynamics`` over whole arrays, each op a pass through memory with its temporary, took ~3x
     as long at 65,536 envs). A few envs run ``step_one`` in Python instead (its NumPy scalars
     round as the compiled code does): ~4 us a row, and no compile for tiny batches."""

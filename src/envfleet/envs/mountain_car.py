@@ -12,11 +12,19 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native.elementwise import clip, cos, where
-from envfleet.native.jit import kernel_function
-from envfleet.native.render import ReferenceRenderer
-from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, as_float, one_value, physics_param
+from envfleet.kernels import (
+    NativeEnvSpec,
+    ReferenceRenderer,
+    as_float,
+    clip,
+    cos,
+    env_uniform,
+    env_uniform_torch,
+    kernel_function,
+    one_value,
+    physics_param,
+    where,
+)
 
 # MountainCarEnv.__init__'s constants
 MIN_POSITION = -1.2

@@ -23,11 +23,18 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native.elementwise import as32, clip, cos, where
-from envfleet.native.jit import kernel_function
-from envfleet.native.render import ReferenceRenderer
-from envfleet.native.rng import env_uniform, env_uniform_torch
-from envfleet.native.spec import NativeEnvSpec, physics_param
+from envfleet.kernels import (
+    NativeEnvSpec,
+    ReferenceRenderer,
+    as32,
+    clip,
+    cos,
+    env_uniform,
+    env_uniform_torch,
+    kernel_function,
+    physics_param,
+    where,
+)
 
 
 class MountainCarContinuousParams(NamedTuple):

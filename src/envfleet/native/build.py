@@ -21,7 +21,6 @@ from numba.core.errors import NumbaError
 
 from envfleet.backends import NATIVE_BACKENDS, BackendUnavailableError, backend_options
 from envfleet.contract import check_make_arguments
-from envfleet.memory import check_native_memory
 from envfleet.native.driver import MODE_CODES
 from envfleet.native.jit import (
     BOUNDSCHECK_VARIABLE,
@@ -30,6 +29,7 @@ from envfleet.native.jit import (
     _user_location,
     bounds_checked,
 )
+from envfleet.native.memory import check_native_memory
 from envfleet.native.spec import NativeEnvSpec, check_per_env_kwargs, first_env_params
 from envfleet.native.vector_env import NativeVectorEnv
 

@@ -45,7 +45,8 @@ def is_batch(value: Any) -> bool:
 def dual(batched: Callable[..., Any]) -> Callable[[_F], _F]:
     """Decorator: the decorated function is the scalar form (kernel code: numba compiles it for
     CPU and CUDA, as ``kernel_function``); called from Python, the function runs ``batched``
-    instead when any argument is a batch (``is_batch``)."""
+    instead when any argument is a batch (``is_batch``). Both forms stay reachable as the
+    result's ``scalar`` and ``batched`` (code that only ever holds batches skips the check)."""
 
     def decorate(scalar: _F) -> _F:
         @functools.wraps(scalar)

@@ -105,12 +105,12 @@ def traceback_frames(error: BaseException) -> Iterator[tuple[Any, int]]:
 #: what kernel code may do, for the errors that point users at docs/NATIVE_ENVS.md
 KERNEL_RULES = (
     "Kernel code (reset_one, step_one and every function they call, each decorated with "
-    "envfleet.kernel_function) is compiled as numba nopython code and as CUDA device code: it "
-    "may use numbers, bools, the arrays it is given (state columns, obs, actions, rewards, "
-    "terminated; lookup tables from spec.tables()) by index, the params record's fields and "
-    "math functions; it must not allocate (no np.zeros, lists, dicts, strings), call plain "
-    "Python functions or objects, or read globals other than numeric constants. See "
-    "docs/NATIVE_ENVS.md, \"Kernel rules\"."
+    "envfleet.kernels.kernel_function) is compiled as numba nopython code and as CUDA device "
+    "code: it may use numbers, bools, the arrays it is given (state columns, obs, actions, "
+    "rewards, terminated; lookup tables from spec.tables()) by index, the params record's "
+    "fields and math functions; it must not allocate (no np.zeros, lists, dicts, strings), "
+    "call plain Python functions or objects, or read globals other than numeric constants. "
+    "See docs/NATIVE_ENVS.md, \"Kernel rules\"."
 )
 
 #: where numba points: a typing error's ``File "path", line N:`` (the code follows, marked

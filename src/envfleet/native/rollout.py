@@ -22,7 +22,7 @@ import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.contract import ClosedEnvError
-from envfleet.memory import (
+from envfleet.native.memory import (
     InsufficientMemoryError,
     _device_memory,
     available_host_memory,

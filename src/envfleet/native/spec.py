@@ -58,38 +58,69 @@ class NativeEnvSpec:
     ``reset_one(i, state, params, rng, obs)`` and
     ``step_one(i, state, params, actions, rng, obs, rewards, terminated)`` are scalar functions of
     env ``i``'s row, decorated with ``kernel_function`` and compiled for numba CPU and CUDA.
-    ``reset_torch`` / ``step_torch`` (optional) are the same dynamics as whole-batch tensor ops.
     Truncation (the episode step limit) and autoreset belong to the shared driver, not to the
-    family. The rules a spec follows: ``check_spec`` and docs/NATIVE_ENVS.md.
+    family. The fields come in groups: the **core** eight every family declares (``id`` to
+    ``step_one``); then, all optional, the **torch forms** (the same dynamics as whole-batch
+    tensor ops), **about** the family, **hooks** (declarations and functions a family adds:
+    tables, info columns, per-env params, rendering; Chess-v0's action check, params split and
+    vector env class) and **tuning** (where and how fast it runs, never what it computes). The
+    rules a spec follows: ``check_spec`` and docs/NATIVE_ENVS.md.
     """
 
+    # --- core: what every family declares -----------------------------------------------------
+    #: ``"Name-vN"`` (Gymnasium's pattern, no namespace); also registered as ``envfleet/Name-vN``
     id: str
+    #: a ``Box`` of numbers; kernels see ``obs`` as rows ``(num_envs, obs_size)``
     observation_space: spaces.Box
+    #: ``Discrete`` (kernels get int64 ``actions``) or ``Box`` (float64 rows)
     action_space: spaces.Space
     #: per-env state columns: name -> (dtype, per-env shape)
     state: dict[str, tuple[type, tuple[int, ...]]]
     #: builds the params record (a NamedTuple) from the env's keyword arguments
     make_params: Callable[..., tuple]
+    #: the default episode limit in steps (``UNLIMITED_STEPS``: none)
     max_episode_steps: int
+    #: ``reset_one(i, state, params, rng, obs)``: start env i's episode (kernel code)
     reset_one: Callable[..., None]
+    #: ``step_one(i, state, params, actions, rng, obs, rewards, terminated)``: step env i
     step_one: Callable[..., None]
+
+    # --- torch forms (optional): the same dynamics as whole-batch tensor ops ------------------
     #: the batched tensor forms for the torch backend (None: the family does not run on torch)
     reset_torch: Callable[..., None] | None = None
     step_torch: Callable[..., None] | None = None
     #: bytes per env that ``reset_torch`` / ``step_torch`` hold in temporaries at their peak on
     #: the CPU (``memory.native_bytes``: besides the engine's buffers); measured per family
     torch_temporaries: int = 0
+
+    # --- about the family (optional) ----------------------------------------------------------
     #: the Gymnasium id of the reference implementation (bench baselines, agreement tests)
     reference_id: str = ""
+    #: one line saying what the family is
     description: str = ""
-    extra: dict[str, Any] = field(default_factory=dict)
-    # --- optional family extensions (all default to "none"; CartPole uses none of them) ---
+
+    # --- hooks (optional, default "none"; CartPole uses per_env_params and renderer) ----------
     #: shared constant arrays (lookup tables): name -> array, appended to the state NamedTuple
     #: after the per-env columns, so they reach every kernel as arguments (never as captured
     #: globals); built once per process by the family, copied to the device once per engine
     tables: Callable[[], dict[str, np.ndarray]] | None = None
     #: state columns returned in ``info`` on every reset and step (e.g. ``action_mask``)
     info_columns: tuple[str, ...] = ()
+    #: the params record fields that may hold one value per env (domain randomisation):
+    #: ``make`` takes a keyword of that name as one number or an array of ``num_envs`` numbers
+    #: (fields the family derives from such keywords, e.g. CartPole's ``total_mass``, are
+    #: listed too). A field given one value is compiled in as today; only a record holding an
+    #: array compiles the variant that reads that field from a per-env column (``split_params``)
+    per_env_params: tuple[str, ...] = ()
+    #: keyword defaults of ``gymnasium.make("envfleet/<id>")`` (one env, ``NativeEnv``) that the
+    #: vector API does not take: Chess-v0's ``illegal_action="lose"`` (PettingZoo's rule), as
+    #: single-env tools (Gymnasium's ``check_env``, TorchRL's probes) step unmasked actions
+    single_env_defaults: dict[str, Any] = field(default_factory=dict)
+    #: draws an env from its state with the reference env's own renderer:
+    #: ``renderer(params)`` -> an object with ``fps``, ``draw(row) -> RGB array`` (``row``:
+    #: state column name -> that env's value) and ``close()``; None: the family cannot render
+    renderer: Callable[[tuple], Any] | None = None
+    # Chess-v0's hooks: functions of the state or of the params record
     #: per-env action check that sees the state: ``action_check(i, state, params, actions)``
     #: -> bool (kernel code); a step with any env failing it is refused before any env moves
     action_check: Callable[..., bool] | None = None
@@ -105,32 +136,20 @@ class NativeEnvSpec:
     default_max_steps: Callable[[tuple], int] | None = None
     #: returns the ``NativeVectorEnv`` subclass to build (family methods and reset options)
     vector_env_class: Callable[[], type] | None = None
+
+    # --- tuning (optional): where and how fast it runs, never what it computes ----------------
     #: the native backends that can run this family (None: numba and cuda, plus torch when
     #: ``reset_torch`` and ``step_torch`` are given)
     backends: tuple[str, ...] | None = None
     #: numba: the fewest envs stepped by the parallel kernel (None: the backend's default,
     #: tuned for cheap steps; an env family with microsecond steps gains from threads sooner)
     parallel_min_envs: int | None = None
-    #: seconds a first compile usually takes (numba, 2 cores): the first-compile notice's hint
-    compile_seconds: float = 2.0
-    #: draws an env from its state with the reference env's own renderer:
-    #: ``renderer(params)`` -> an object with ``fps``, ``draw(row) -> RGB array`` (``row``:
-    #: state column name -> that env's value) and ``close()``; None: the family cannot render
-    renderer: Callable[[tuple], Any] | None = None
-    #: the params record fields that may hold one value per env (domain randomisation):
-    #: ``make`` takes a keyword of that name as one number or an array of ``num_envs`` numbers
-    #: (fields the family derives from such keywords, e.g. CartPole's ``total_mass``, are
-    #: listed too). A field given one value is compiled in as today; only a record holding an
-    #: array compiles the variant that reads that field from a per-env column (``split_params``)
-    per_env_params: tuple[str, ...] = ()
     #: ``step_one`` writes env i's whole ``obs`` row, ``rewards[i]`` and ``terminated[i]`` on
     #: every call (and ``reset_one`` the whole row): numba's ``copy=True`` steps then write
     #: straight into new arrays instead of copying the buffers after the step
     writes_every_output: bool = False
-    #: keyword defaults of ``gymnasium.make("envfleet/<id>")`` (one env, ``NativeEnv``) that the
-    #: vector API does not take: Chess-v0's ``illegal_action="lose"`` (PettingZoo's rule), as
-    #: single-env tools (Gymnasium's ``check_env``, TorchRL's probes) step unmasked actions
-    single_env_defaults: dict[str, Any] = field(default_factory=dict)
+    #: seconds a first compile usually takes (numba, 2 cores): the first-compile notice's hint
+    compile_seconds: float = 2.0
     #: floating-point operations per env-step counted from ``step_one``'s expressions (+, -, *,
     #: / and each sin / cos / fmod as one; the roofline study's compute bound); None: not
     #: counted (e.g. Chess-v0's integer bitboard work)
@@ -469,8 +488,8 @@ def _check_kernels(spec: NativeEnvSpec, fail: Callable[[str, str], Exception]) -
             how = ("is a numba.njit dispatcher, which CUDA device code cannot call"
                    if hasattr(fn, "py_func") else "is not decorated")
             raise fail(name, f"{how}: decorate it (and every helper it calls) with "
-                             f"@envfleet.kernel_function, so one source compiles for numba "
-                             f"and CUDA")
+                             f"@envfleet.kernels.kernel_function, so one source compiles for "
+                             f"numba and CUDA")
         arguments = KERNEL_ARGUMENTS[name]
         try:
             inspect.signature(fn).bind(*arguments)

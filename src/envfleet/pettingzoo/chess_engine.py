@@ -21,7 +21,7 @@ from envfleet.envs.chess.core import NUM_ACTIONS
 from envfleet.envs.chess.env import SPEC, START_COLUMNS, _start_rows
 from envfleet.envs.chess.fen import STARTING_FEN, parse_fen
 from envfleet.envs.chess.tables import Z_SIDE, label_to_move
-from envfleet.native.kernel_cache import disk_cached
+from envfleet.kernels import disk_cached
 
 #: ``step`` results beyond core's statuses: a draw python-chess lets the mover's opponent claim
 CLAIMED_DRAW = 7

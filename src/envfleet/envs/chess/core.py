@@ -42,8 +42,7 @@ from envfleet.envs.chess.tables import (
     Z_PIECE,
     Z_SIDE,
 )
-from envfleet.native.jit import kernel_function
-from envfleet.native.rng import random_u64
+from envfleet.kernels import kernel_function, random_u64
 
 PAWN_, KNIGHT_, BISHOP_, ROOK_, QUEEN_, KING_ = 0, 1, 2, 3, 4, 5
 WHITE, BLACK = 0, 1

@@ -33,10 +33,7 @@ from envfleet.envs.chess.core import (
 )
 from envfleet.envs.chess.fen import STARTING_FEN, Position, format_fen, parse_fen
 from envfleet.envs.chess.tables import build_tables, label_to_move, move_to_label
-from envfleet.native.jit import kernel_function
-from envfleet.native.kernel_cache import disk_cached
-from envfleet.native.spec import NativeEnvSpec
-from envfleet.native.vector_env import NativeVectorEnv
+from envfleet.kernels import NativeEnvSpec, NativeVectorEnv, disk_cached, kernel_function
 
 # --- state ------------------------------------------------------------------------------------
 

@@ -32,7 +32,7 @@ from envfleet.envs.minatar.common import (
     game_specs,
     put,
 )
-from envfleet.native.jit import kernel_function
+from envfleet.kernels import kernel_function
 
 CHANNELS = 4
 PLAYER, ENEMY, TRAIL, GOLD = range(CHANNELS)

@@ -23,7 +23,7 @@ from envfleet.envs.minatar.common import (
     put,
     put_sparse_grid,
 )
-from envfleet.native.jit import kernel_function
+from envfleet.kernels import kernel_function
 
 CHANNELS = 4
 PADDLE, BALL, TRAIL, BRICK = range(CHANNELS)

@@ -16,7 +16,7 @@ game's rules as scalar kernel functions of env i's row, in the reference's order
 
 ``game_specs`` lifts the three into the kernel contract's ``reset_one`` / ``step_one``.
 
-Randomness (the counter RNG, ``envfleet.native.rng``): the j-th random number the reference
+Randomness (the counter RNG, ``envfleet.kernels.env_uniform``): the j-th random number the reference
 asks for in a step is draw ``STEP_DRAW + j`` of that step, and in a reset draw ``RESET_DRAW +
 j``, in the order the reference calls ``rand`` / ``randint`` / ``choice`` (an array call
 ``randint(1, 6, 8)`` takes eight consecutive draws). ``Environment.act``'s sticky test
@@ -47,9 +47,7 @@ from typing import Any, NamedTuple
 import numpy as np
 from gymnasium import spaces
 
-from envfleet.native.jit import kernel_function
-from envfleet.native.rng import env_uniform
-from envfleet.native.spec import UNLIMITED_STEPS, NativeEnvSpec
+from envfleet.kernels import UNLIMITED_STEPS, NativeEnvSpec, env_uniform, kernel_function
 
 #: the reference's ``action_map``: the six actions every game takes (v0), in this order
 ACTION_NAMES = ("n", "l", "u", "r", "d", "f")

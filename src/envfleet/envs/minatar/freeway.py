@@ -25,7 +25,7 @@ from envfleet.envs.minatar.common import (
     game_specs,
     put,
 )
-from envfleet.native.jit import kernel_function
+from envfleet.kernels import kernel_function
 
 CHANNELS = 7
 CHICKEN, CAR, SPEED1 = 0, 1, 2

@@ -52,7 +52,7 @@ from envfleet.envs.minatar.common import (
     game_specs,
     put,
 )
-from envfleet.native.jit import kernel_function
+from envfleet.kernels import kernel_function
 
 CHANNELS = 10
 (SUB_FRONT, SUB_BACK, FRIENDLY_BULLET, TRAIL, ENEMY_BULLET, ENEMY_FISH, ENEMY_SUB, OXYGEN_GUAGE,

@@ -24,7 +24,7 @@ from envfleet.envs.minatar.common import (
     put,
     put_sparse_grid,
 )
-from envfleet.native.jit import kernel_function
+from envfleet.kernels import kernel_function
 
 CHANNELS = 6
 CANNON, ALIEN, ALIEN_LEFT, ALIEN_RIGHT, FRIENDLY_BULLET, ENEMY_BULLET = range(CHANNELS)
