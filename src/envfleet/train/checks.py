@@ -7,9 +7,9 @@ a seed whose envs would pass uint64. Torch is imported only to check a device or
 from __future__ import annotations
 
 import argparse
-from typing import Any
 
 from envfleet.command import CommandError
+from envfleet.train.args import Args
 from envfleet.train.presets import resolve_backend
 
 
@@ -120,7 +120,7 @@ def check_device(device: str | None) -> None:
                            f"{', '.join(available)}")
 
 
-def check_seed(args: Any) -> None:
+def check_seed(args: Args) -> None:
     """Refuse a seed whose envs would pass uint64: the training envs are seeded ``seed + i``,
     the evaluation envs ``seed + EVAL_SEED_OFFSET + i``."""
     from envfleet.train.evaluation import EVAL_SEED_OFFSET

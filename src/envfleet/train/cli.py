@@ -36,7 +36,14 @@ from envfleet.train.presets import (
     preset_defaults,
     show,
 )
-from envfleet.train.report import ProgressLog, check_plot_format, finish, header
+from envfleet.train.report import (
+    ProgressLog,
+    check_plot_format,
+    header,
+    last_lines,
+    no_interrupt,
+    write_outputs,
+)
 
 
 def add_train_arguments(parser: argparse.ArgumentParser) -> None:
@@ -207,5 +214,7 @@ def run_train(options: argparse.Namespace) -> int:
         print("envfleet train: interrupted before training started: nothing to save",
               file=sys.stderr)
         return 130
-    load = background_load(cpu_before, cpu_seconds(), time.perf_counter() - t0)
-    return finish(options, args, agent, summary, console, plot_path, load)
+    with no_interrupt():  # a second Ctrl-C must not lose what the first one kept
+        load = background_load(cpu_before, cpu_seconds(), time.perf_counter() - t0)
+        result = last_lines(args, summary, console, load)
+        return write_outputs(options, args, agent, summary, result, console, plot_path)

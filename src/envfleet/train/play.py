@@ -24,56 +24,22 @@ def run_eval(options: argparse.Namespace) -> int:
     for option, path in (("--json", options.json), ("--video", options.video)):
         if path is not None:  # before the episodes are played
             check_output(path, option)
-    import numpy as np
-    import torch
-
-    import envfleet
-    from envfleet.train.checkpoint import agent_from, read_checkpoint
-    from envfleet.train.envs import box_bounds
-    from envfleet.train.evaluation import evaluate
-
-    name = env_name(options.env)
-    try:  # the checkpoint first: a policy of another env is refused before anything runs
-        saved = read_checkpoint(str(options.load))
-    except ValueError as error:
-        raise CommandError(str(error)) from None
-    if env_name(saved["args"]["env_id"]) != name:
-        raise CommandError(f"{options.load} was trained on {saved['args']['env_id']}, not "
-                           f"{options.env}: evaluate it with envfleet eval "
-                           f"{saved['args']['env_id']} --load {options.load}")
+    saved = _read_policy(options)
     if options.video:
         _check_video(options.env, options.video)
-    episodes = options.episodes or (1000 if name == "Chess-v0" else 100)
     kwargs = dict(preset(options.env).get("env_kwargs", {}))
     for key in ("opponent", "agent_color"):
         if getattr(options, key) is not None:
             kwargs[key] = getattr(options, key)
-    torch.set_num_threads(1)
-    try:
-        env = envfleet.make(options.env, episodes, backend=options.backend, seed=options.seed,
-                            copy=False, **kwargs)
-    except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError, ValueError) as error:
-        raise CommandError(str(error)) from None
-    try:
-        agent = agent_from(saved, env)
-    except ValueError as error:
-        env.close()
-        raise CommandError(f"{options.load}: {error}") from None
-    obs, _ = env.reset(seed=options.seed)
-    result = evaluate(env, agent, options.seed, torch.device("cpu"),
-                          isinstance(obs, torch.Tensor),
-                          box_bounds(env.single_action_space, torch.device("cpu")),
-                          greedy=not options.sample)
-    env.close()
-    returns = np.asarray(result.returns)
+    agent, returns, seconds = play(options, saved, kwargs)
     out = {"env": options.env, "policy": "sampled" if options.sample else "greedy",
            "episodes": len(returns), "mean_return": float(returns.mean()),
            "std_return": float(returns.std()), "min_return": float(returns.min()),
-           "max_return": float(returns.max()), "eval_s": result.seconds}
+           "max_return": float(returns.max()), "eval_s": seconds}
     line = (f"{options.env} ({out['policy']}): mean return {out['mean_return']:.2f} ± "
             f"{out['std_return']:.2f} over {out['episodes']} episodes (min "
             f"{out['min_return']:g}, max {out['max_return']:g})")
-    if name == "Chess-v0":
+    if env_name(options.env) == "Chess-v0":
         out.update(outcomes(returns))
         line += (f"; win {out['win_rate']:.3f} draw {out['draw_rate']:.3f} "
                  f"loss {out['loss_rate']:.3f}")
@@ -86,6 +52,54 @@ def run_eval(options: argparse.Namespace) -> int:
         options.json.parent.mkdir(parents=True, exist_ok=True)
         options.json.write_text(json.dumps(out, indent=1) + "\n")
     return 0
+
+
+def _read_policy(options: argparse.Namespace) -> dict[str, Any]:
+    """The checkpoint at ``options.load``, refused (before anything runs) when unreadable or
+    trained on another env than ``options.env``."""
+    from envfleet.train.checkpoint import read_checkpoint
+
+    try:
+        saved = read_checkpoint(str(options.load))
+    except ValueError as error:
+        raise CommandError(str(error)) from None
+    if env_name(saved["args"]["env_id"]) != env_name(options.env):
+        raise CommandError(f"{options.load} was trained on {saved['args']['env_id']}, not "
+                           f"{options.env}: evaluate it with envfleet eval "
+                           f"{saved['args']['env_id']} --load {options.load}")
+    return saved
+
+
+def play(options: argparse.Namespace, saved: dict[str, Any], env_kwargs: dict[str, Any]
+         ) -> tuple[Any, Any, float]:
+    """The first episode of ``--episodes`` envs (100; Chess-v0: 1000) played at once by the
+    ``saved`` policy, greedy unless ``--sample``: (the agent, the returns, the seconds)."""
+    import numpy as np
+    import torch
+
+    import envfleet
+    from envfleet.train.checkpoint import agent_from
+    from envfleet.train.envs import box_bounds
+    from envfleet.train.evaluation import evaluate
+
+    episodes = options.episodes or (1000 if env_name(options.env) == "Chess-v0" else 100)
+    torch.set_num_threads(1)
+    try:
+        env = envfleet.make(options.env, episodes, backend=options.backend, seed=options.seed,
+                            copy=False, **env_kwargs)
+    except (envfleet.UnknownEnvError, envfleet.BackendUnavailableError, ValueError) as error:
+        raise CommandError(str(error)) from None
+    try:
+        agent = agent_from(saved, env)
+    except ValueError as error:
+        env.close()
+        raise CommandError(f"{options.load}: {error}") from None
+    obs, _ = env.reset(seed=options.seed)
+    cpu = torch.device("cpu")
+    result = evaluate(env, agent, options.seed, cpu, isinstance(obs, torch.Tensor),
+                      box_bounds(env.single_action_space, cpu), greedy=not options.sample)
+    env.close()
+    return agent, np.asarray(result.returns), result.seconds
 
 
 VIDEO_EXTRA = "pip install 'envfleet[video]'"

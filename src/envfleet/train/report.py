@@ -74,31 +74,6 @@ def header(args: Args) -> list[str]:
             f"{args.gae_lambda:g}, ent_coef {args.ent_coef:g}, clip_coef {args.clip_coef:g}"]
 
 
-def ending(args: Args, summary: Summary) -> str:
-    """Why training stopped, when it reached the target (if it has one), the final eval."""
-    if summary.stop_reason == "target":
-        stopped = "at the target"
-    elif summary.stop_reason == "time limit":
-        stopped = f"at the time limit ({args.time_limit:,g} s)"
-    elif summary.stop_reason == "interrupted":
-        stopped = f"when interrupted (Ctrl-C) at {summary.total_steps:,} steps"
-    else:
-        stopped = f"after the {args.total_steps:,}-step budget"
-        if summary.total_steps != args.total_steps:  # whole rollouts, never past it
-            stopped += (f" ({summary.total_steps:,} steps, in whole rollouts of "
-                        f"{args.num_envs * args.num_steps:,})")
-    text = f"[bold]stopped[/bold] {stopped} in {summary.wall_s:.2f} s"
-    if args.target_return is not None:
-        solved = ("never (within the budget)" if summary.solved_at_s is None else
-                  f"{summary.solved_at_s:.2f} s ({summary.solved_at_steps:,} steps)")
-        text += f"; [bold]solved at[/bold] {solved}"
-    text += f"; compile {summary.compile_s:.2f} s (apart); "
-    if summary.final_eval is None:
-        return text + "no final evaluation"
-    return (text + f"final greedy eval {_fmt(summary.final_eval_return)} over "
-            f"{summary.final_eval['episodes']} episodes")
-
-
 class ProgressLog:
     """A run's progress on ``console``: a bar (steps, the recent training return, the last
     evaluation) redrawn at most every 0.25 s and a log line every ``LOG_EVERY_S``; after a
@@ -155,20 +130,35 @@ class ProgressLog:
         self.bar.refresh()
 
 
-def finish(options: argparse.Namespace, args: Args, agent: Any, summary: Summary,
-           console: Any, plot_path: Path | None, load: float) -> int:
-    """The run's last lines, then its outputs, Ctrl-C ignored meanwhile (a second Ctrl-C must
-    not lose what the first one kept); the exit status: 130 when interrupted, 1 when an asked
-    path failed (the output is elsewhere)."""
-    with _no_interrupt():
-        result = last_lines(args, summary, console, load)
-        return write_outputs(options, args, agent, summary, result, console, plot_path)
+def ending(args: Args, summary: Summary) -> str:
+    """Why training stopped, when it reached the target (if it has one), the final eval."""
+    if summary.stop_reason == "target":
+        stopped = "at the target"
+    elif summary.stop_reason == "time limit":
+        stopped = f"at the time limit ({args.time_limit:,g} s)"
+    elif summary.stop_reason == "interrupted":
+        stopped = f"when interrupted (Ctrl-C) at {summary.total_steps:,} steps"
+    else:
+        stopped = f"after the {args.total_steps:,}-step budget"
+        if summary.total_steps != args.total_steps:  # whole rollouts, never past it
+            stopped += (f" ({summary.total_steps:,} steps, in whole rollouts of "
+                        f"{args.num_envs * args.num_steps:,})")
+    text = f"[bold]stopped[/bold] {stopped} in {summary.wall_s:.2f} s"
+    if args.target_return is not None:
+        solved = ("never (within the budget)" if summary.solved_at_s is None else
+                  f"{summary.solved_at_s:.2f} s ({summary.solved_at_steps:,} steps)")
+        text += f"; [bold]solved at[/bold] {solved}"
+    text += f"; compile {summary.compile_s:.2f} s (apart); "
+    if summary.final_eval is None:
+        return text + "no final evaluation"
+    return (text + f"final greedy eval {_fmt(summary.final_eval_return)} over "
+            f"{summary.final_eval['episodes']} episodes")
 
 
 def last_lines(args: Args, summary: Summary, console: Any, load: float) -> dict[str, Any]:
-    """Print why the run stopped, its steps/s and time split (a warning on stderr when the
-    end-to-end rate beat the ideal loop's) and Chess-v0's outcomes; the run's summary, as
-    ``--json`` writes it."""
+    """Print the run's last lines: why it stopped, its steps/s and time split (a warning on
+    stderr when the end-to-end rate beat the ideal loop's), Chess-v0's outcomes; the run's
+    summary, as ``--json`` writes it."""
     from rich.console import Console
 
     console.print(ending(args, summary), soft_wrap=True)
@@ -205,7 +195,8 @@ def write_outputs(options: argparse.Namespace, args: Args, agent: Any, summary: 
                   result: dict[str, Any], console: Any, plot_path: Path | None) -> int:
     """Write the policy (first: the costliest to lose), the summary ``result`` and the plot
     where asked (interrupted: the policy and the summary even unasked), each at a new file
-    beside the asked path where that fails; say where each went. The exit status."""
+    beside the asked path where that fails; say where each went. The exit status: 130 when
+    interrupted, 1 when an asked path failed (the output is elsewhere), else 0."""
     from envfleet.train.checkpoint import save
 
     interrupted = summary.stop_reason == "interrupted"
@@ -317,7 +308,7 @@ def _new_file(folder: Path, name: Path) -> Path | None:
 
 
 @contextlib.contextmanager
-def _no_interrupt() -> Iterator[None]:
+def no_interrupt() -> Iterator[None]:
     """Ctrl-C ignored inside (only the main thread can set signal handlers; elsewhere, as is)."""
     if threading.current_thread() is not threading.main_thread():
         yield
