@@ -124,7 +124,8 @@ def same_ppo(env_id: str, venv: Any, seed: int) -> Any:
     from stable_baselines3 import PPO
     from torch import nn
 
-    from envfleet.train.cli import args_defaults, preset
+    from envfleet.train.args import args_defaults
+    from envfleet.train.presets import preset
 
     p = {**args_defaults(), **preset(env_id)}
     assert p["anneal_lr"] and p["clip_coef"] == 0.2 and p["vf_coef"] == 0.5
@@ -155,7 +156,7 @@ ZOO_NUM_ENVS = {"CartPole-v1": 8, "Acrobot-v1": 16,
 def run_envfleet(env_id: str, seed: int, num_envs: int | None, time_limit: float
                  ) -> dict[str, Any]:
     from envfleet.train import ppo
-    from envfleet.train.cli import preset
+    from envfleet.train.presets import preset
 
     settings = {**preset(env_id), "env_id": env_id, "backend": "numba", "seed": seed,
                 "time_limit": time_limit}
@@ -194,7 +195,7 @@ def run_sb3(env_id: str, seed: int, facade: bool, time_limit: float) -> dict[str
     from stable_baselines3.common.env_util import make_vec_env
     from stable_baselines3.common.vec_env import VecNormalize, sync_envs_normalization
 
-    from envfleet.train.cli import preset
+    from envfleet.train.presets import preset
 
     bench = BENCHES[env_id]
     num_envs = ZOO_NUM_ENVS[env_id]
@@ -469,7 +470,7 @@ def main() -> int:
     from rich.console import Console
 
     from envfleet.bench.report import machine_info
-    from envfleet.train.cli import plot_curve
+    from envfleet.train.report import plot_curve
 
     console = Console(highlight=False)
     seeds = [int(s) for s in options.seeds.split(",")]

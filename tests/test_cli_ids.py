@@ -87,7 +87,7 @@ def test_bench_a_gymnasium_id_named_by_its_module_on_executors_and_baselines(tmp
 
 
 def _settings(env_id: str) -> dict:
-    from envfleet.train.cli import build_settings
+    from envfleet.train.presets import build_settings
 
     return build_settings(build_parser().parse_args(["train", env_id]))
 

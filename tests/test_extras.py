@@ -45,6 +45,31 @@ def test_train_help_works_without_torch():
     assert "--num-envs" in proc.stdout
 
 
+@pytest.mark.parametrize(("argv", "shown"), [(["--help"], "train"),
+                                              (["eval", "--help"], "--load")])
+def test_help_works_without_torch(argv, shown):
+    proc = run_without(("torch",), f"""
+        from envfleet.cli import main
+        sys.exit(main({argv!r}))
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert shown in proc.stdout
+
+
+def test_train_settings_and_args_without_torch():
+    """A run's settings, its ``Args`` and its first lines come from torch-free modules: torch
+    loads only when training starts."""
+    proc = run_without(("torch",), """
+        from envfleet.cli import build_parser
+        from envfleet.train.cli import build_args
+        from envfleet.train.report import header
+        args = build_args(build_parser().parse_args(["train", "CartPole-v1", "--num-envs", "4"]))
+        print(args.num_envs, args.gamma, header(args)[0].split()[2])
+    """)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["4", "0.98", "CartPole-v1"], proc.stdout
+
+
 def test_make_and_step_without_any_extra():
     proc = run_without(OPTIONAL, """
         import numpy as np

@@ -1,5 +1,6 @@
 """What every subcommand shares, below them all: ``CommandError`` (``envfleet CMD: error:
-...``, exit status 2) and ``check_output`` (an output path refused before the work).
+...``, exit status 2), ``check_output`` (an output path refused before the work) and the
+argparse ``type=`` functions (a bad value named at parse time: ``positive_int``, ``seed``...).
 
 ``cli.py`` runs the subcommands and re-exports both; ``bench``, ``tune`` and ``train`` import
 them from here, so that no subcommand imports the command line that imports it.
@@ -7,6 +8,7 @@ them from here, so that no subcommand imports the command line that imports it.
 
 from __future__ import annotations
 
+import argparse
 import tempfile
 from pathlib import Path
 
@@ -43,3 +45,77 @@ def check_output(path: Path, option: str, directory: bool = False) -> None:
     except OSError as error:
         raise CommandError(f"{where}: cannot write in {existing} ({error.strerror or error})"
                            ) from None
+
+
+# --- argument types: argparse's ``type=``, each refusal a message argparse shows --------------
+
+
+def positive_int(text: str) -> int:
+    """An integer >= 1 (``1_000_000`` allowed)."""
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
+    return value
+
+
+def seed(text: str) -> int:
+    """A seed: an integer in [0, 2**64) (seeds are uint64)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be an integer, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be >= 0, got {text}")
+    if value >= 2**64:
+        raise argparse.ArgumentTypeError(f"must be below 2**64 (seeds are uint64), got {text}")
+    return value
+
+
+def _number(text: str) -> float:
+    try:
+        return float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number, got {text!r}") from None
+
+
+def positive_float(text: str) -> float:
+    """A number > 0."""
+    value = _number(text)
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be a number > 0, got {text}")
+    return value
+
+
+def non_negative_float(text: str) -> float:
+    """A number >= 0."""
+    value = _number(text)
+    if not value >= 0:
+        raise argparse.ArgumentTypeError(f"must be a number >= 0, got {text}")
+    return value
+
+
+def fraction(text: str) -> float:
+    """A number in [0, 1]."""
+    value = _number(text)
+    if not 0 <= value <= 1:
+        raise argparse.ArgumentTypeError(f"must be in [0, 1], got {text}")
+    return value
+
+
+def names(text: str) -> list[str]:
+    """A comma list of names (blanks dropped), at least one."""
+    listed = [t.strip() for t in text.split(",") if t.strip()]
+    if not listed:
+        raise argparse.ArgumentTypeError("must be a comma list of names")
+    return listed
+
+
+def ints(text: str) -> list[int]:
+    """A comma list of integers >= 1, sorted, each once, at least one."""
+    values = sorted({positive_int(t.strip()) for t in text.split(",") if t.strip()})
+    if not values:
+        raise argparse.ArgumentTypeError("must be a comma list of integers")
+    return values

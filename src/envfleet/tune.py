@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from envfleet.command import names, positive_float, positive_int
 from envfleet.machine import usable_cores
 
 #: a ladder rung stops climbing when the next one gains less than this
@@ -360,19 +361,17 @@ def tune(env_id: str, budget_s: float = 60.0, backends: list[str] | None = None,
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``tune`` subcommand's options."""
-    from envfleet.bench.runner import _names, _positive_float, _positive_int
-
     parser.add_argument("env", help="a native id or any Gymnasium id")
-    parser.add_argument("--budget", type=_positive_float, default=60.0, metavar="S",
+    parser.add_argument("--budget", type=positive_float, default=60.0, metavar="S",
                         help="about how long the search may take, in seconds "
                              "(default: %(default)s)")
-    parser.add_argument("--backends", type=_names,
+    parser.add_argument("--backends", type=names,
                         help="comma list of backends to consider (default, native id: its "
                              "native backends that run here; other ids: serial,pool)")
-    parser.add_argument("--max-envs", type=_positive_int, metavar="N",
+    parser.add_argument("--max-envs", type=positive_int, metavar="N",
                         help=f"largest num_envs to consider (default: {NATIVE_LADDER[-1]} "
                              f"native, {EXECUTOR_LADDER[-1]} other ids)")
-    parser.add_argument("--memory-cap", type=_positive_float, metavar="GIB",
+    parser.add_argument("--memory-cap", type=positive_float, metavar="GIB",
                         help="most memory the envs may take, in GiB (default: half of the "
                              "memory available now)")
     parser.add_argument("--json", type=Path, metavar="FILE",

@@ -47,7 +47,7 @@ def test_e2e_study_refuses_other_envs(tmp_path):
 def test_chess_learning_study(tmp_path):
     import importlib.util
 
-    from envfleet.train.cli import PRESETS
+    from envfleet.train.presets import PRESETS
 
     assert main(["bench", "--study", "chess-learning", "--seconds", "1", "--num-envs", "32",
                  "--out", str(tmp_path)]) == 0

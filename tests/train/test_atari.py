@@ -13,9 +13,9 @@ import torch
 import envfleet
 from envfleet.cli import main
 from envfleet.train import checkpoint, ppo
-from envfleet.train.cli import PRESETS, args_from, preset
-from envfleet.train.envs import evaluation_args
+from envfleet.train.args import evaluation_args
 from envfleet.train.nets import ActorCritic
+from envfleet.train.presets import PRESETS, args_from, preset
 
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")

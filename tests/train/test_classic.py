@@ -13,7 +13,7 @@ import torch
 
 from envfleet.cli import main
 from envfleet.train import checkpoint, evaluation, ppo
-from envfleet.train.cli import preset
+from envfleet.train.presets import preset
 
 TINY = ["--num-steps", "32", "--num-minibatches", "2", "--update-epochs", "2",
         "--total-steps", "256", "--eval-every", "128", "--eval-episodes", "2", "--quiet"]

@@ -92,7 +92,7 @@ def test_cartpole_return_improves():
 
 
 def _cartpole_preset():
-    from envfleet.train.cli import preset
+    from envfleet.train.presets import preset
 
     return {**preset("CartPole-v1"), "env_id": "CartPole-v1", "target_return": None}
 
@@ -142,9 +142,9 @@ def test_help_shows_each_presets_defaults(capsys):
 
 
 def test_generic_defaults_are_ppo_args_defaults():
-    """``--help`` shows ``ppo.Args``'s own defaults for ids without a preset (read from its
-    source, torch not imported), every one of them."""
-    from envfleet.train.cli import args_defaults
+    """``--help`` shows ``ppo.Args``'s own defaults for ids without a preset (``train.args``,
+    torch not imported), every one of them."""
+    from envfleet.train.args import args_defaults
 
     defaults, shown = ppo.Args(), args_defaults()
     assert {k: getattr(defaults, k) for k in shown} == shown
@@ -176,7 +176,7 @@ def test_more_envs_keep_the_presets_minibatch_size():
 
 
 def test_header_names_the_backend_used_and_the_budget(capsys):
-    from envfleet.train.cli import header
+    from envfleet.train.report import header
 
     assert main(["train", "CartPole-v1", "--total-steps", "512", "--eval-every", "0"]) == 0
     first = capsys.readouterr().out.splitlines()[0]
@@ -303,7 +303,8 @@ def test_worker_options_reach_the_training_env_only(monkeypatch):
     """--num-workers / --cpus-per-worker are the training env's make() options (pool: its
     processes; ray: actors, CPUs each); its evaluation env gets neither (local for ray)."""
     import envfleet
-    from envfleet.train.envs import evaluation_args, make_envs
+    from envfleet.train.args import evaluation_args
+    from envfleet.train.envs import make_envs
 
     made, real_make = [], envfleet.make
 
@@ -331,7 +332,7 @@ def test_worker_options_reach_the_training_env_only(monkeypatch):
     ("Taxi-v3", "subprocess", "serial"), ("Taxi-v3", "pool", "pool"),
     ("CartPole-v1", "torch", "torch"), ("envfleet/MinAtar-Breakout-v1", "ray", "numba")])
 def test_the_evaluation_env_of_ray_and_subprocess_runs_here(env_id, backend, evaluated_on):
-    from envfleet.train.envs import eval_backend
+    from envfleet.train.args import eval_backend
 
     assert eval_backend(env_id, backend) == evaluated_on
 

@@ -98,7 +98,7 @@ def test_legal_logits_is_the_masked_policy():
 def test_chess_preset_trains_with_legal_logits():
     # Chess-v0's preset turns it on, and a checkpoint's agent keeps it
     from envfleet.train.checkpoint import agent_from
-    from envfleet.train.cli import PRESETS
+    from envfleet.train.presets import PRESETS
 
     assert PRESETS["Chess-v0"]["legal_logits"] is True
     env = envfleet.make(MASKED_TOY_ID, 2, backend="serial", seed=0)

@@ -18,7 +18,8 @@ import torch
 import envfleet
 from envfleet.cli import main
 from envfleet.train import ppo
-from envfleet.train.cli import MIN_VIDEO_SIDE, preset, video_frame
+from envfleet.train.play import MIN_VIDEO_SIDE, video_frame
+from envfleet.train.presets import preset
 
 GAMES = ["MinAtar/Breakout-v1", "MinAtar/SpaceInvaders-v1"]
 TINY = ["--num-envs", "4", "--num-steps", "16", "--total-steps", "128", "--eval-every", "64",

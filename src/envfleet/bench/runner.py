@@ -76,7 +76,14 @@ from envfleet.bench.report import (
     rich_tables,
 )
 from envfleet.bench.studies import STUDIES
-from envfleet.command import CommandError, check_output
+from envfleet.command import (
+    CommandError,
+    check_output,
+    ints,
+    names,
+    positive_float,
+    positive_int,
+)
 from envfleet.native.spec import NativeEnvSpec
 from envfleet.registry import _native_name  # make()'s lookup
 
@@ -96,25 +103,25 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--study", choices=STUDIES,
                         help="run one of the seeds' studies instead of the num_envs sweep "
                              "(docs/studies/): " + ", ".join(STUDIES))
-    parser.add_argument("--max-threads", type=_positive_int, metavar="P",
+    parser.add_argument("--max-threads", type=positive_int, metavar="P",
                         help="--study threads: up to P numba threads; --study roofline: "
                              "the numba threads and roofs (default: the usable cores)")
-    parser.add_argument("--repeats", type=_positive_int, default=3, metavar="R",
+    parser.add_argument("--repeats", type=positive_int, default=3, metavar="R",
                         help="--study: each point timed R times, median and spread reported "
                              "(default: %(default)s)")
-    parser.add_argument("--seeds", type=_positive_int, metavar="K",
+    parser.add_argument("--seeds", type=positive_int, metavar="K",
                         help="--study chess-learning: train every contender with seeds 1..K, "
                              "each on its own env seeds (default: 1)")
-    parser.add_argument("--steps", type=_positive_int, metavar="N",
+    parser.add_argument("--steps", type=positive_int, metavar="N",
                         help="--study chess-learning: env steps every contender trains, unless "
                              "--seconds ends it first (default: 1,048,576)")
-    parser.add_argument("--work", type=_ints, metavar="K,K,...",
+    parser.add_argument("--work", type=ints, metavar="K,K,...",
                         help="--study workload: the physics repeated K times per step "
                              "(default: 1,10,100,1000)")
-    parser.add_argument("--block-sizes", type=_ints, metavar="B,B,...",
+    parser.add_argument("--block-sizes", type=ints, metavar="B,B,...",
                         help="--study tpb: CUDA threads per block to sweep (default: 32..1024)")
     parser.add_argument(
-        "--backends", type=_names,
+        "--backends", type=names,
         help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
              f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
              f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; ALE/<Game>-v5: "
@@ -123,19 +130,19 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              "each only if it can run here, cuda not under the CUDA simulator; ray only when "
              "asked for)")
     parser.add_argument(
-        "--num-envs", type=_ints, metavar="N,N,...",
+        "--num-envs", type=ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
              f"{','.join(map(str, DEFAULT_NUM_ENVS))}; {chess.CHESS_ID}: "
              f"{','.join(map(str, chess.DEFAULT_NUM_ENVS))}; ALE/<Game>-v5: "
              f"{','.join(map(str, atari.DEFAULT_NUM_ENVS))}; other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
-    parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
+    parser.add_argument("--num-workers", type=ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
                              "(default: the pool's own, the usable cores)")
-    parser.add_argument("--seconds", type=_positive_float,
+    parser.add_argument("--seconds", type=positive_float,
                         help="timed stepping per point, after warm-up (default: 1; --study: "
                              "the study's own, per repeat)")
-    parser.add_argument("--threads", type=_ints, metavar="T,T,...",
+    parser.add_argument("--threads", type=ints, metavar="T,T,...",
                         help="comma list of numba thread counts to sweep (default: the "
                              "usable cores; ALE/<Game>-v5: the atari series at its default "
                              "threads, and at each count given here)")
@@ -145,17 +152,17 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "+workers-sweep), so another study never overwrites them "
                              "(default: ./%(default)s)")
     parser.add_argument(
-        "--baseline-max-envs", type=_positive_int, metavar="N",
+        "--baseline-max-envs", type=positive_int, metavar="N",
         help="largest num_envs for the baselines and executors that build one Python env per "
              f"env ({', '.join(b.name for b in BASELINES.values() if b.python_loop)}, "
              f"{', '.join(EXECUTOR_BACKENDS)}; default: {PYTHON_LOOP_MAX_ENVS}, "
              f"{chess.CHESS_ID}: {chess.PYTHON_PEER_MAX_ENVS})")
     parser.add_argument(
-        "--process-max-envs", type=_positive_int, default=PROCESS_MAX_ENVS, metavar="N",
+        "--process-max-envs", type=positive_int, default=PROCESS_MAX_ENVS, metavar="N",
         help="largest num_envs for those that start one process per env (subprocess, "
              f"{', '.join(b.name for b in BASELINES.values() if b.process_per_env)}; "
              "default: %(default)s)")
-    parser.add_argument("--timeout", type=_positive_float, default=300.0, metavar="S",
+    parser.add_argument("--timeout", type=positive_float, default=300.0, metavar="S",
                         help="wall-clock limit per point, build included (default: %(default)s)")
     parser.add_argument("--wait-quiet", type=float, default=0.0, metavar="S",
                         help="before each point, wait up to S seconds for other processes to "
@@ -163,7 +170,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "marked * either way)")
     parser.add_argument("--torch-device", help="device for the torch backend "
                                                "(default: the backend's own default)")
-    parser.add_argument("--threads-per-block", type=_positive_int,
+    parser.add_argument("--threads-per-block", type=positive_int,
                         help="CUDA threads per block for the cuda backend")
     parser.add_argument(
         "--perft-depth", type=int, metavar="D",
@@ -171,43 +178,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
              + ", ".join(f"{name} {depth}" for name, _, depth, _ in chess.PERFT_POSITIONS)
              + "; 0: no perft)")
     parser.set_defaults(func=run)
-
-
-# --- argument types ----------------------------------------------------------------------------
-
-
-def _names(text: str) -> list[str]:
-    names = [t.strip() for t in text.split(",") if t.strip()]
-    if not names:
-        raise argparse.ArgumentTypeError("expected a comma list of names")
-    return names
-
-
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
-    return value
-
-
-def _ints(text: str) -> list[int]:
-    values = sorted({_positive_int(t.strip()) for t in text.split(",") if t.strip()})
-    if not values:
-        raise argparse.ArgumentTypeError("expected a comma list of integers")
-    return values
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {value}")
-    return value
 
 
 # --- planning ----------------------------------------------------------------------------------

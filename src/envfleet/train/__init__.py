@@ -1,3 +1,4 @@
-"""``envfleet train``: a single-file PPO (``ppo.py``), the modules beside it that its loop uses
-(``envs``, ``nets``, ``evaluation``, ``bookkeeping``, ``ideal``, ``checkpoint``) and its command
-line (``cli.py``)."""
+"""``envfleet train``: a single-file PPO (``ppo.py``) over its torch-free settings (``args``),
+the modules beside it that its loop uses (``envs``, ``nets``, ``evaluation``, ``bookkeeping``,
+``ideal``, ``checkpoint``) and its command line (``cli`` over ``presets``, ``checks``,
+``report`` and ``play``)."""

@@ -4,7 +4,6 @@ policy's actions into what it takes, and warm it up before the clocks start."""
 
 from __future__ import annotations
 
-import dataclasses
 from typing import Any
 
 import gymnasium
@@ -13,6 +12,7 @@ import torch
 from gymnasium import spaces
 
 from envfleet.executors.base import EnvWorkerError
+from envfleet.train.args import is_native
 
 
 class EnvBuildError(ValueError):
@@ -28,7 +28,8 @@ def make_envs(args: Any, num_envs: int, seed: int) -> Any:
     """``num_envs`` envs for ``args`` (a ``ppo.Args``; NEXT_STEP; zero-copy outputs where the
     env offers it; the executor's workers and their CPUs where given); an env whose spaces the
     agent has no head for is closed and refused (``UnsupportedSpaceError`` naming the env and
-    the space). The evaluation env: ``make_envs(evaluation_args(args), ...)``."""
+    the space). The evaluation env: ``make_envs(evaluation_args(args), ...)``
+    (``train.args``)."""
     import envfleet
 
     backend, kwargs = args.backend, dict(args.env_kwargs)
@@ -37,7 +38,7 @@ def make_envs(args: Any, num_envs: int, seed: int) -> Any:
     for key, option in (("num_workers", "num_workers"), ("cpus_per_worker", "num_cpus")):
         if getattr(args, key, None) is not None:
             kwargs[option] = getattr(args, key)
-    numba_env = backend == "numba" or (backend == "auto" and _is_native(args.env_id))
+    numba_env = backend == "numba" or (backend == "auto" and is_native(args.env_id))
     if numba_env and args.env_threads is not None:
         kwargs.setdefault("num_threads", args.env_threads)
     try:
@@ -53,36 +54,6 @@ def make_envs(args: Any, num_envs: int, seed: int) -> Any:
         env.close()
         raise UnsupportedSpaceError(f"{args.env_id}: {error}") from None
     return env
-
-
-def _is_native(env_id: Any) -> bool:
-    from envfleet.registry import _native_name  # make()'s own lookup
-
-    return isinstance(env_id, str) and _native_name(env_id) is not None
-
-
-def eval_backend(env_id: Any, backend: str) -> str:
-    """The evaluation env's backend for a training env on ``backend``: the same, but for
-    ``subprocess`` (no 100 processes for 100 episodes) and ``ray`` (the training env may hold
-    every CPU of the cluster: Ray would refuse a second env), whose evaluation runs in this
-    process: ``numba`` for native ids, else ``serial``."""
-    if backend == "subprocess" or (backend == "ray" and not _is_native(env_id)):
-        return "serial"
-    return "numba" if backend == "ray" else backend
-
-
-#: env options that shape what the learner sees, not the game: evaluations play without them
-#: (Atari's ``episodic_life``, ``reward_clip``: the score is the whole game's, unclipped)
-TRAINING_ONLY_OPTIONS = ("episodic_life", "reward_clip")
-
-
-def evaluation_args(args: Any) -> Any:
-    """``args`` (a ``ppo.Args``) for the evaluation env: on ``eval_backend``, with the
-    backend's own workers (``num_workers`` and ``cpus_per_worker`` are the training env's),
-    without ``TRAINING_ONLY_OPTIONS``."""
-    kwargs = {k: v for k, v in args.env_kwargs.items() if k not in TRAINING_ONLY_OPTIONS}
-    return dataclasses.replace(args, backend=eval_backend(args.env_id, args.backend),
-                               num_workers=None, cpus_per_worker=None, env_kwargs=kwargs)
 
 
 def check_spaces(obs_space: spaces.Space, action_space: spaces.Space) -> None:

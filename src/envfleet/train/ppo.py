@@ -1,12 +1,13 @@
 """PPO in one file (CleanRL's shape, our own code): clipped objective, GAE, minibatch epochs.
 
-Read it top to bottom: ``Args``, ``Agent``, ``Rollout`` storage, ``collect`` (a rollout),
+Read it top to bottom: ``Agent``, ``Rollout`` storage, ``collect`` (a rollout),
 ``update`` (GAE and the epochs), ``iterate`` (the two, and the bookkeeping between them) and
 ``train`` (the loop). Autoreset is Gymnasium's NEXT_STEP: the step after an episode ends only
 resets that env, so it is no transition (``valid`` masks it out of GAE and the loss), and the
 observation of the step an episode ends is the final one (a truncated episode bootstraps from
 it). Illegal actions (``info["action_mask"]``) get the lowest logit. What the loop uses but
-PPO is not (clocks and records, evaluations, the ideal loop, envs, networks) lives beside it.
+PPO is not (its settings ``Args``, clocks and records, evaluations, the ideal loop, envs,
+networks) lives beside it.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ import functools
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
@@ -24,114 +24,19 @@ import torch
 from torch import nn
 
 from envfleet.machine import capped_threads
+from envfleet.train.args import Args, evaluation_args
 from envfleet.train.bookkeeping import Bookkeeping, Clock, Progress, Records, Summary
 from envfleet.train.envs import (
     action_mask,
     as_tensor,
     box_bounds,
     env_actions,
-    evaluation_args,
     make_envs,
     warm_up,
 )
 from envfleet.train.evaluation import EVAL_SEED_OFFSET, EvalResult, Evaluations, evaluate
 from envfleet.train.ideal import IdealLoop
 from envfleet.train.nets import ActorCritic
-
-
-@dataclass
-class Args:
-    """PPO's settings (``envfleet train`` fills them from per-env presets and its flags)."""
-
-    env_id: str = "CartPole-v1"
-    """the env id (native id or any Gymnasium id)"""
-    backend: str = "auto"
-    """envfleet backend: numba, torch, cuda (native ids) or serial, subprocess, pool, ray (any
-    id; the evaluation env of subprocess and ray runs in this process: ``envs.evaluation_args``)"""
-    env_kwargs: dict[str, Any] = field(default_factory=dict)
-    """extra keyword arguments for envfleet.make (e.g. opponent for Chess-v0)"""
-    num_envs: int = 8
-    """parallel envs in the training batch"""
-    num_steps: int = 128
-    """steps per env per rollout (a rollout is num_envs * num_steps samples)"""
-    total_steps: int = 500_000
-    """env steps budget (training stops earlier at the target or the time limit)"""
-    seed: int = 1
-    """seed of the envs, torch and the evaluations"""
-    learning_rate: float = 2.5e-4
-    """Adam's step size"""
-    anneal_lr: bool = True
-    """anneal the learning rate linearly to 0 over total_steps"""
-    gamma: float = 0.99
-    """discount"""
-    gae_lambda: float = 0.95
-    """GAE's lambda"""
-    num_minibatches: int = 4
-    """minibatches per epoch"""
-    update_epochs: int = 4
-    """passes over each rollout"""
-    clip_coef: float = 0.2
-    """policy ratio clip"""
-    clip_vloss: bool = False
-    """clip the value loss as PPO's reference code does"""
-    norm_adv: bool = True
-    """normalise advantages per minibatch"""
-    ent_coef: float = 0.01
-    """entropy bonus"""
-    vf_coef: float = 0.5
-    """value loss weight"""
-    max_grad_norm: float = 0.5
-    """gradient norm clip (0: off)"""
-    target_kl: float | None = None
-    """stop an update's epochs early when the approximate KL exceeds this"""
-    norm_obs: bool = False
-    """normalise observations with running mean/std (kept in the saved model)"""
-    norm_reward: bool = False
-    """scale rewards by the running std of the discounted return"""
-    hidden_sizes: tuple[int, ...] = (64, 64)
-    """hidden layers of the actor and of the critic"""
-    legal_logits: bool = False
-    """policy logits of the legal actions only (``info["action_mask"]``): the same policy, the
-    softmax, sampling and entropy over ~30 entries instead of all (Chess-v0's 4672)"""
-    cnn: bool = False
-    """the Nature CNN (shared, frames / 255) before the actor and critic (image observations:
-    CleanRL's ppo_atari; hidden_sizes () for its linear heads)"""
-    activation: str = "tanh"
-    """hidden activation: tanh or relu (relu: ~10x cheaper than torch's CPU tanh here)"""
-    log_std_init: float = 0.0
-    """initial log-std of the Gaussian policy (Box actions; 0: std 1, as CleanRL and SB3)"""
-    torch_threads: int = 1
-    """torch intra-op threads, at most the usable cores (small MLPs on CPU: 1 avoids thread
-    hand-offs; more spinning threads than cores would starve the loop)"""
-    num_workers: int | None = None
-    """worker processes (pool) or Ray actors (ray) of the training env (None: the backend's
-    default: pool one per usable core, ray one per CPU of the cluster over cpus_per_worker)"""
-    cpus_per_worker: float | None = None
-    """CPUs each Ray actor of the training env asks Ray for (None: ray's default, 1)"""
-    env_threads: int | None = 1
-    """numba threads of a numba env (None: numba's; more spin idle and starve torch's core)"""
-    device: str = "cpu"
-    """torch device of the agent"""
-    target_return: float | None = None
-    """stop when a greedy evaluation's mean return reaches this (None: never)"""
-    eval_every: int = 10_000
-    """env steps between greedy evaluations (0: only at the end)"""
-    eval_episodes: int = 100
-    """episodes per evaluation, played at once on a batched env"""
-    max_episode_return: float | None = None
-    """an episode's highest return: a failing evaluation stops once the target is out of reach"""
-    max_step_reward: float | None = None
-    """a step's highest reward; <= 0: an unfinished episode ends no higher than it is now"""
-    stop_at_target: bool = True
-    """stop once an evaluation reaches target_return (False: use the whole budget)"""
-    time_limit: float | None = None
-    """wall-clock seconds of training (evaluations included) before stopping"""
-    ideal_every: int = 4
-    """time an ideal iteration after every this many real ones (1: each, the e2e study; 0: off)"""
-    ideal_top_up_s: float = 10.0
-    """seconds at most spent after a short run timing more ideal iterations (for a median and
-    IQR of ``ideal.IDEAL_MIN_ITERATIONS``); none starts that would end past them"""
-
 
 # --- the agent --------------------------------------------------------------------------------
 

@@ -108,7 +108,7 @@ def learn(env_id: str, backend: str, seconds: float, eval_games: int = EVAL_GAME
     from envfleet.bench.studies.e2e import train_args
     from envfleet.machine import background_load, cpu_seconds
     from envfleet.train import ppo
-    from envfleet.train.cli import outcomes
+    from envfleet.train.report import outcomes
 
     n = num_envs or 256
     first = env_seed(seed, n)
