@@ -120,7 +120,8 @@ def test_rows_is_indexing():
 
 
 def test_the_races_sb3_ppo_has_envfleets_settings_on_the_reference_env(monkeypatch):
-    """scripts/bench_train.py's ``sb3`` contender: SB3 PPO with the preset, one for one."""
+    """``benchmarks/scripts/bench_train.py``'s ``sb3`` contender: SB3 PPO with the preset, one for
+    one."""
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("minatar")
     from stable_baselines3.common.env_util import make_vec_env
