@@ -109,7 +109,7 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-envs", type=_ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
              f"{','.join(map(str, DEFAULT_NUM_ENVS))}; an id with peers of its own: "
-             f"theirs; ALE/<Game>-v5: "
+             "theirs; ALE/<Game>-v5: "
              f"{','.join(map(str, atari.DEFAULT_NUM_ENVS))}; other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
     parser.add_argument("--num-workers", type=_ints, metavar="W,W,...",
