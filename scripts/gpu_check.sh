@@ -2,9 +2,10 @@
 # The GPU check, 6-10 minutes on one GPU (GPU_CHECK_SCALE < 1 shortens the sweep): the cuda
 # tests on the real GPU (agreement with the numba backend, which matches Gymnasium bit for bit;
 # rollouts; chess), the per-call sweep of cuda and torch with gymnax as a peer (python -m
-# envfleet.bench.gpu; pgx on request), the tpb study and the numba threads sweep of the host
-# (scripts/threads_check.py); on request (GPU_CHECK_PARTS=minatar, ~1-2 minutes a game) MinAtar
-# per call on cuda with gymnax on JAX's GPU backend as the peer; on request (GPU_CHECK_PARTS=fma,
+# benchmarks.gpu; pgx on request), the tpb study (python -m benchmarks --study tpb) and the
+# numba threads sweep of the host (python -m benchmarks.scripts.threads_check); on request
+# (GPU_CHECK_PARTS=minatar, ~1-2 minutes a game) MinAtar per call on cuda with gymnax on JAX's
+# GPU backend as the peer; on request (GPU_CHECK_PARTS=fma,
 # ~1 minute) CartPole's cuda per call at 10^6 envs and its float64 state's max ulp from numba
 # after 30 steps, FMA contraction on and off (ENVFLEET_CUDA_FMA). Writes JSON lines, Markdown
 # naming the card and each part's log into $OUT/gpu-check (default ./gpu-check).
@@ -51,10 +52,10 @@ for p in ${parts//,/ }; do
         tests/envs/chess/test_cuda_chess.py \
         tests/envs/chess/test_packed.py::test_cuda_packed_matches_numba ;;
     sweep) part sweep "$(awk "BEGIN{print int(450*$scale)}")" \
-        "$py" -m envfleet.bench.gpu --out "$out" --scale "$scale" ;;
-    tpb) part tpb 75 "$py" -m envfleet bench --study tpb --block-sizes 64,256,1024 \
+        "$py" -m benchmarks.gpu --out "$out" --scale "$scale" ;;
+    tpb) part tpb 75 "$py" -m benchmarks --study tpb --block-sizes 64,256,1024 \
         --num-envs 1000,100000,1000000,10000000 --repeats 1 --seconds 0.3 --out "$out/tpb" ;;
-    threads) part threads 100 "$py" scripts/threads_check.py --seconds 0.4 \
+    threads) part threads 100 "$py" -m benchmarks.scripts.threads_check --seconds 0.4 \
         --out "$out/threads_check.jsonl" ;;
     minatar) for game in Breakout Asterix Freeway SpaceInvaders Seaquest; do
         JAX_PLATFORMS=${JAX_PLATFORMS:-cuda} part "minatar-$game" 120 "$py" -m envfleet bench \
@@ -62,7 +63,7 @@ for p in ${parts//,/ }; do
             --num-envs "${MINATAR_NUM_ENVS:-4096,65536,1048576}" --seconds 1 \
             --out "$out/minatar"
     done ;;
-    fma) part fma 120 "$py" -m envfleet.bench.gpu --out "$out/fma" --parts fma ;;
+    fma) part fma 120 "$py" -m benchmarks.gpu --out "$out/fma" --parts fma ;;
     *) echo "unknown part $p (parts: tests, sweep, tpb, threads, minatar, fma)"; exit 2 ;;
     esac
 done

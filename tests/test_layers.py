@@ -1,6 +1,8 @@
-"""The import structure of ``src/envfleet``: no import cycle, no import from a lower layer to a
-higher one (docs/ARCHITECTURE.md, "Layers"), and the env families (``envs/``), the guide's code
-and the examples reach the native layer only through the kernel contract, ``envfleet.kernels``.
+"""The import structure of ``src/envfleet`` and of the repository's ``benchmarks/`` (not installed):
+no import cycle, no import from a lower layer to a higher one (docs/ARCHITECTURE.md, "Layers");
+``benchmarks`` is the top layer, so the installed package never imports it; the env families
+(``envs/``), the guide's code and the examples reach the native layer only through the kernel
+contract, ``envfleet.kernels``.
 
 The graph is read from the source with ``ast``: every ``import`` of an envfleet module counts,
 at module level or inside a function (a lazy import is still a dependency), except in an
@@ -27,6 +29,10 @@ CONTRACT = "envfleet.kernels"
 #: the pages whose code teaches writing a family, and the examples
 GUIDE = ("README.md", "docs/USAGE.md", "docs/NATIVE_ENVS.md")
 GUIDE_BLOCK = re.compile(r"^```python\n(.*?)^```", re.DOTALL | re.MULTILINE)
+#: the measurement tree at the repository's root (studies, chess peers, GPU check, scripts)
+BENCHMARKS = ROOT / "benchmarks"
+#: the top-level packages whose imports make the graph
+TOP_LEVEL = ("envfleet", "benchmarks")
 
 #: the layers, lowest first: a module may import its own layer's modules and lower layers'
 #: (module name prefixes; the longest matching prefix places a module)
@@ -50,15 +56,19 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # bench's measurements put to a question
     ("bench", ("envfleet.bench", "envfleet.tune")),
     ("cli", ("envfleet.cli", "envfleet.__main__")),  # the command line
+    # the measurements that are not installed: they use anything above, nothing uses them
+    ("benchmarks", ("benchmarks",)),
 )
 
 
 def module_names() -> dict[str, Path]:
-    """Every module of the package by dotted name (a package by its own name)."""
+    """Every module of the package and of ``benchmarks/`` by dotted name (a package by its own
+    name)."""
     names = {}
-    for path in PACKAGE.rglob("*.py"):
-        parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
-        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    for top in (PACKAGE, BENCHMARKS):
+        for path in top.rglob("*.py"):
+            parts = path.relative_to(top.parent).with_suffix("").parts
+            names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
     return names
 
 
@@ -94,7 +104,7 @@ def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
 
 
 def import_graph() -> dict[str, dict[str, int]]:
-    """module -> {envfleet module it imports: line of the first such import}."""
+    """module -> {envfleet or benchmarks module it imports: line of the first such import}."""
     names = module_names()
 
     def resolve(name: str) -> str | None:
@@ -108,13 +118,14 @@ def import_graph() -> dict[str, dict[str, int]]:
         deps: dict[str, int] = {}
         for node in _imports(ast.parse(path.read_text(), str(path))):
             if isinstance(node, ast.Import):
-                targets = [resolve(a.name) for a in node.names if a.name.startswith("envfleet")]
+                targets = [resolve(a.name) for a in node.names
+                           if a.name.partition(".")[0] in TOP_LEVEL]
             else:
                 base = node.module or ""
                 if node.level:
                     parts = package.split(".")[: len(package.split(".")) - node.level + 1]
                     base = ".".join([*parts, *([node.module] if node.module else [])])
-                if base != "envfleet" and not base.startswith("envfleet."):
+                if base.partition(".")[0] not in TOP_LEVEL:
                     continue
                 targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in names else resolve(base)
                            for a in node.names]
@@ -174,7 +185,7 @@ def test_no_import_cycle() -> None:
         edges = [f"    {m} -> {d} (line {line})" for m in component
                  for d, line in sorted(graph[m].items()) if d in members]
         lines.append(f"  {', '.join(component)}:\n" + "\n".join(edges))
-    assert not found, "import cycles in src/envfleet:\n" + "\n".join(lines)
+    assert not found, "import cycles in src/envfleet or benchmarks:\n" + "\n".join(lines)
 
 
 def test_no_import_from_a_lower_layer_to_a_higher_one() -> None:
@@ -198,7 +209,7 @@ def test_the_checks_see_cycles_and_upward_imports() -> None:
     assert cycles({"a": {"b": 1}, "b": {"c": 1}, "c": {"a": 1}, "d": {"a": 1}}) == \
         [["a", "b", "c"]]
     assert layer_of("envfleet.executors.ray") > layer_of("envfleet.native.build")
-    assert layer_of("envfleet.bench.chess.games") > layer_of("envfleet.train.cli")
+    assert layer_of("benchmarks.chess.games") > layer_of("envfleet.train.cli")
     assert _native_imports("import envfleet.kernels\nfrom envfleet.native import rng\n"
                            "from envfleet import kernels\nimport envfleet.native.spec\n") == \
         ["envfleet.native", "envfleet.native.spec"]
@@ -241,3 +252,13 @@ def test_the_guide_and_the_examples_import_only_the_kernel_contract() -> None:
         found += [f"  examples/{path.name}: imports {name}"
                   for name in _native_imports(path.read_text())]
     assert not found, f"the guide reaches past {CONTRACT}:\n" + "\n".join(found)
+
+
+def test_the_installed_package_never_imports_benchmarks() -> None:
+    """``benchmarks/`` is not in the wheel: a module of ``src/envfleet`` that imports it would
+    fail wherever envfleet is installed."""
+    graph = import_graph()
+    found = [f"  {module} imports {dep} at line {line}" for module, deps in sorted(graph.items())
+             if module.startswith("envfleet") for dep, line in sorted(deps.items())
+             if dep.startswith("benchmarks")]
+    assert not found, "src/envfleet imports benchmarks:\n" + "\n".join(found)

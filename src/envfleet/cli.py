@@ -75,9 +75,17 @@ def command_parser(parser: argparse.ArgumentParser, name: str) -> argparse.Argum
     raise KeyError(name)
 
 
+#: options that moved out of the package, and where they are now
+MOVED_OPTIONS = {
+    "--study": "the studies run from a clone of the repository: python -m benchmarks --study NAME",
+    "--perft-depth": "Chess-v0's peers and perft run from a clone of the repository: "
+                     "python -m benchmarks --env Chess-v0",
+}
+
+
 def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
     """argparse's "unrecognized arguments" message, with the option each unknown one most
-    likely meant (``--num_envs``: ``--num-envs``)."""
+    likely meant (``--num_envs``: ``--num-envs``), or where it moved (``MOVED_OPTIONS``)."""
     options = [o for action in parser._actions for o in action.option_strings
                if o.startswith("--")]
     meant = []
@@ -86,6 +94,9 @@ def unrecognized(parser: argparse.ArgumentParser, unknown: list[str]) -> str:
         if not name.startswith("-"):
             continue
         dashed = "--" + name.lstrip("-").replace("_", "-")
+        if dashed in MOVED_OPTIONS:
+            meant.append(f"{name}: {MOVED_OPTIONS[dashed]}")
+            continue
         close = [dashed] if dashed in options else difflib.get_close_matches(
             dashed, options, n=1, cutoff=0.75)
         meant += [f"{name}: did you mean {close[0]}?" for _ in close[:1]]

@@ -116,7 +116,7 @@ def test_the_cuda_engine_allocates_what_the_spec_declares(spec):
 
 
 def test_flop_counts_live_on_the_spec():
-    from envfleet.bench.studies import roofline
+    from benchmarks.studies import roofline
 
     assert CARTPOLE.flops_per_step == 28 and CHESS.flops_per_step is None
     counted = {env_id: spec.flops_per_step for env_id, spec in FAMILIES.items()

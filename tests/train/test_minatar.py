@@ -4,12 +4,9 @@ colours, and (slow) Breakout trained to the paper's best baseline."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import math
 import os
-import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -120,19 +117,16 @@ def test_rows_is_indexing():
     assert ppo.rows(t, None) is t and ppo.rows(None, index) is None
 
 
-def test_the_races_sb3_ppo_has_envfleets_settings_on_the_reference_env(monkeypatch):
-    """scripts/bench_train.py's ``sb3`` contender: SB3 PPO with the preset, one for one."""
+def test_the_races_sb3_ppo_has_envfleets_settings_on_the_reference_env():
+    """``benchmarks/scripts/bench_train.py``'s ``sb3`` contender: SB3 PPO with the preset, one for
+    one."""
     pytest.importorskip("stable_baselines3")
     pytest.importorskip("minatar")
     from stable_baselines3.common.env_util import make_vec_env
 
     import envfleet.envs.minatar.reference  # noqa: F401 (registers MinAtar/<Game>-vN)
+    from benchmarks.scripts import bench_train as bench
 
-    path = Path(__file__).parents[2] / "scripts" / "bench_train.py"
-    spec = importlib.util.spec_from_file_location("bench_train", path)
-    bench = importlib.util.module_from_spec(spec)
-    monkeypatch.setitem(sys.modules, spec.name, bench)  # its dataclass looks itself up there
-    spec.loader.exec_module(bench)
     for env_id in GAMES:
         p = preset(env_id)
         race = bench.BENCHES[env_id]

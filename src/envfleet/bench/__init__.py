@@ -4,13 +4,14 @@
 - ``baselines``: Gymnasium's SyncVectorEnv and NumPy vector env, SB3's DummyVecEnv;
 - ``report``: the rich and Markdown tables, JSON lines, the PNG plot;
 - ``runner``: the command's options, the sweep and its progress display;
-- ``chess``: Chess-v0's peers, perft and report sections (imported here: it registers its
-  peers into ``baselines`` and its series into ``measure``'s worker);
 - ``atari``: the ``ALE/<Game>-v5`` peers and reference stack (imported here: it registers
   them into ``baselines``).
+
+The studies, Chess-v0's peers and the GPU check measure more than a user's choice of backend:
+they live in the repository's ``benchmarks/`` (``python -m benchmarks``), not in the package.
 """
 
-from envfleet.bench import atari, chess  # noqa: F401 - register their peers (see above)
+from envfleet.bench import atari  # noqa: F401 - registers its peers (see above)
 from envfleet.bench.baselines import BASELINES
 from envfleet.bench.measure import PointSpec, measure, run_point
 

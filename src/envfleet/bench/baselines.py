@@ -31,7 +31,7 @@ CartPole-v1 only, in Gymnasium 1.4), gym-sync, sb3-dummy and envpool (``NATIVE_D
 process-per-env baselines are for comparing envfleet's executors, and are measured by default
 for other Gymnasium ids (envpool is not: ask for it).
 
-Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``bench/chess/``,
+Chess-v0 has no Gymnasium env: its peers (python-chess, OpenSpiel, pgx; ``benchmarks/chess/``,
 which adds them here with ``register_peers``) are baselines that play one env id (``plays``)
 and their own random legal moves (``BaselineEnv.action_space`` is None);
 ``native_default(env_id)`` gives them as its default.
@@ -378,7 +378,7 @@ BASELINES: dict[str, Baseline] = {
 #: the baselines a native id's default sweep measures (each only where it can run that id)
 NATIVE_DEFAULT = ("gym-numpy", "gym-sync", "sb3-dummy", "envpool")
 #: env ids measured against their own peers instead of Gymnasium's envs (a game's bench
-#: package adds them: ``register_peers``; bench/chess for Chess-v0)
+#: package adds them: ``register_peers``; benchmarks/chess for Chess-v0)
 GAME_PEER_IDS: dict[str, tuple[str, ...]] = {}
 
 

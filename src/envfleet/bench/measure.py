@@ -24,9 +24,9 @@ worker (its start is part of ``construct_s``) and shuts it down after the point.
 
 Envs whose valid actions depend on the state (Chess-v0: ``env.random_legal_actions()`` and
 ``info["action_mask"]``) are stepped with fresh random legal actions every call, and baselines
-without an action space (the chess peers) play their own; perft points (``bench/chess/``)
+without an action space (the chess peers) play their own; perft points (``benchmarks/chess/``)
 count nodes instead of steps, and a point whose options name a ``loop`` is measured by that
-loop's function (``LOOPS``; bench/chess's user loop: a policy between steps, steps timed).
+loop's function (``LOOPS``; benchmarks/chess's user loop: a policy between steps, steps timed).
 A baseline whose call steps every env several times (``BaselineEnv.steps_per_env``: gymnax's
 scan of 128 steps) counts them all (``steps_per_env_per_call`` in its row).
 """
@@ -64,15 +64,16 @@ ENGINE_BACKENDS = ("atari",)
 RAY_OBJECT_STORE = 256 * 2**20
 
 #: the worker's command table: a series (``PointSpec.backend``) -> the function that measures
-#: its points in place of ``measure`` (``measure_one``); bench/chess adds its perft series
+#: its points in place of ``measure`` (``measure_one``); benchmarks/chess adds its perft series
 SERIES: dict[str, Callable[[PointSpec], dict[str, Any]]] = {}
 #: ``PointSpec.options["loop"]`` -> the function that measures such points in place of
-#: ``measure`` (bench/chess adds "user": a policy's NumPy work between steps, outside the clock)
+#: ``measure`` (benchmarks/chess adds "user": a policy's NumPy work between steps, outside the
+#: clock)
 LOOPS: dict[str, Callable[[PointSpec], dict[str, Any]]] = {}
 #: env id -> (backend, options) -> fields every point of that env adds to its row (what a
-#: series plays, for like-for-like comparisons; bench/chess adds Chess-v0's ``fairness``)
+#: series plays, for like-for-like comparisons; benchmarks/chess adds Chess-v0's ``fairness``)
 ROW_FIELDS: dict[str, Callable[[str, dict[str, Any]], dict[str, Any]]] = {}
-#: native env id -> num_envs -> the ``reset`` options of its native points (bench/chess:
+#: native env id -> num_envs -> the ``reset`` options of its native points (benchmarks/chess:
 #: Chess-v0's boards start at the bench positions)
 RESET_OPTIONS: dict[str, Callable[[int], dict[str, Any] | None]] = {}
 
@@ -478,7 +479,7 @@ def run_point(spec: PointSpec, timeout: float, env: dict[str, str] | None = None
 
 if __name__ == "__main__":
     # run as ``-m``, this file is ``__main__``, a second copy: the registered tables (SERIES,
-    # ROW_FIELDS, RESET_OPTIONS: bench/chess fills them) are the imported module's
+    # ROW_FIELDS, RESET_OPTIONS: benchmarks/chess fills them) are the imported module's
     from envfleet.bench.measure import main as registered_main
 
     sys.exit(registered_main())

@@ -16,10 +16,10 @@ at each ``--threads`` count asked for) next to EnvPool, ale-py's vector env, Gym
 SB3's vector envs of the reference wrapper stack and the emulator's floor (``bench/atari``), at
 num_envs 8 to 64 by default.
 
-``Chess-v0`` is measured in plies/s next to its own peers (python-chess, OpenSpiel, pgx,
-EnvPool) at smaller num_envs, each series twice: its tight loop and the user loop (a policy's
-NumPy work between steps, outside the clock: "<series> user"); then perft nodes/s
-(``bench/chess/``); its peers still run when this envfleet has no Chess-v0 yet.
+An id with a registered ``GameBench`` (the repository's ``benchmarks/chess`` registers
+Chess-v0's: ``python -m benchmarks --env Chess-v0``) is measured next to its own peers instead,
+in its own unit, at its own num_envs, each series also in its twin loop, then its extra points
+(chess: perft); its peers still run when this envfleet cannot run the id natively.
 """
 
 from __future__ import annotations
@@ -30,7 +30,8 @@ import json
 import os
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,7 +46,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from envfleet.bench import atari, chess
+from envfleet.bench import atari
 from envfleet.bench.baselines import (
     BASELINES,
     EXECUTOR_RIVALS,
@@ -75,7 +76,6 @@ from envfleet.bench.report import (
     plot,
     rich_tables,
 )
-from envfleet.bench.studies import STUDIES
 from envfleet.command import (
     CommandError,
     check_output,
@@ -90,41 +90,24 @@ from envfleet.registry import _native_name  # make()'s lookup
 DEFAULT_NUM_ENVS = (1, 64, 1024, 16_384, 65_536, 262_144, 1_048_576)
 #: the default sweep for a non-native id (executors: one Python env per env, processes)
 DEFAULT_EXECUTOR_NUM_ENVS = (1, 8, 64, 256)
-ALL_BACKENDS = (*NATIVE_BACKENDS, *ENGINE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
 #: the executors a non-native id's default sweep measures (ray only when asked for)
 DEFAULT_EXECUTORS = ("serial", "subprocess", "pool")
+
+
+def all_backends() -> tuple[str, ...]:
+    """Every backend and baseline ``--backends`` accepts (peers registered since included)."""
+    return (*NATIVE_BACKENDS, *ENGINE_BACKENDS, *EXECUTOR_BACKENDS, *BASELINES)
 
 
 def add_arguments(parser: argparse.ArgumentParser) -> None:
     """The ``bench`` subcommand's options."""
     parser.add_argument("--env",
-                        help="env id: a native id or any Gymnasium id (default: CartPole-v1; "
-                             "--study: a comma list, default: the study's own envs)")
-    parser.add_argument("--study", choices=STUDIES,
-                        help="run one of the seeds' studies instead of the num_envs sweep "
-                             "(docs/studies/): " + ", ".join(STUDIES))
-    parser.add_argument("--max-threads", type=positive_int, metavar="P",
-                        help="--study threads: up to P numba threads; --study roofline: "
-                             "the numba threads and roofs (default: the usable cores)")
-    parser.add_argument("--repeats", type=positive_int, default=3, metavar="R",
-                        help="--study: each point timed R times, median and spread reported "
-                             "(default: %(default)s)")
-    parser.add_argument("--seeds", type=positive_int, metavar="K",
-                        help="--study chess-learning: train every contender with seeds 1..K, "
-                             "each on its own env seeds (default: 1)")
-    parser.add_argument("--steps", type=positive_int, metavar="N",
-                        help="--study chess-learning: env steps every contender trains, unless "
-                             "--seconds ends it first (default: 1,048,576)")
-    parser.add_argument("--work", type=ints, metavar="K,K,...",
-                        help="--study workload: the physics repeated K times per step "
-                             "(default: 1,10,100,1000)")
-    parser.add_argument("--block-sizes", type=ints, metavar="B,B,...",
-                        help="--study tpb: CUDA threads per block to sweep (default: 32..1024)")
+                        help="env id: a native id or any Gymnasium id (default: CartPole-v1)")
     parser.add_argument(
         "--backends", type=names,
-        help=f"comma list of backends and baselines: {', '.join(ALL_BACKENDS)} (default, "
-             f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; {chess.CHESS_ID}: "
-             f"{', '.join(chess.NATIVE)} and {', '.join(chess.PEERS)}; ALE/<Game>-v5: "
+        help=f"comma list of backends and baselines: {', '.join(all_backends())} (default, "
+             f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; an id with "
+             "peers of its own (python -m benchmarks --env Chess-v0): them; ALE/<Game>-v5: "
              f"{atari.ATARI} and {', '.join(atari.PEERS)}; other ids: "
              f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool and pufferlib; "
              "each only if it can run here, cuda not under the CUDA simulator; ray only when "
@@ -132,16 +115,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--num-envs", type=ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
-             f"{','.join(map(str, DEFAULT_NUM_ENVS))}; {chess.CHESS_ID}: "
-             f"{','.join(map(str, chess.DEFAULT_NUM_ENVS))}; ALE/<Game>-v5: "
+             f"{','.join(map(str, DEFAULT_NUM_ENVS))}; an id with peers of its own: "
+             "theirs; ALE/<Game>-v5: "
              f"{','.join(map(str, atari.DEFAULT_NUM_ENVS))}; other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
     parser.add_argument("--num-workers", type=ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
                              "(default: the pool's own, the usable cores)")
     parser.add_argument("--seconds", type=positive_float,
-                        help="timed stepping per point, after warm-up (default: 1; --study: "
-                             "the study's own, per repeat)")
+                        help="timed stepping per point, after warm-up (default: 1; "
+                             "python -m benchmarks --study: the study's own, per repeat)")
     parser.add_argument("--threads", type=ints, metavar="T,T,...",
                         help="comma list of numba thread counts to sweep (default: the "
                              "usable cores; ALE/<Game>-v5: the atari series at its default "
@@ -155,8 +138,8 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--baseline-max-envs", type=positive_int, metavar="N",
         help="largest num_envs for the baselines and executors that build one Python env per "
              f"env ({', '.join(b.name for b in BASELINES.values() if b.python_loop)}, "
-             f"{', '.join(EXECUTOR_BACKENDS)}; default: {PYTHON_LOOP_MAX_ENVS}, "
-             f"{chess.CHESS_ID}: {chess.PYTHON_PEER_MAX_ENVS})")
+             f"{', '.join(EXECUTOR_BACKENDS)}; default: {PYTHON_LOOP_MAX_ENVS}; an id "
+             "with peers of its own: theirs)")
     parser.add_argument(
         "--process-max-envs", type=positive_int, default=PROCESS_MAX_ENVS, metavar="N",
         help="largest num_envs for those that start one process per env (subprocess, "
@@ -172,11 +155,6 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                                                "(default: the backend's own default)")
     parser.add_argument("--threads-per-block", type=positive_int,
                         help="CUDA threads per block for the cuda backend")
-    parser.add_argument(
-        "--perft-depth", type=int, metavar="D",
-        help=f"{chess.CHESS_ID} only: perft at most D plies deep on each position (default: "
-             + ", ".join(f"{name} {depth}" for name, _, depth, _ in chess.PERFT_POSITIONS)
-             + "; 0: no perft)")
     parser.set_defaults(func=run)
 
 
@@ -190,6 +168,53 @@ class Planned:
     series: str  # the table column / plot line it belongs to
     spec: PointSpec
     skip: str | None = None
+    #: a game's extra point (``GameBench.extra_points``): its row ``type`` (chess: "perft"),
+    #: the fields its row records, what it measures in words and its unit
+    kind: str | None = None
+    fields: dict[str, Any] = field(default_factory=dict)
+    detail: str | None = None
+    unit: str | None = None
+
+
+@dataclass(frozen=True)
+class GameBench:
+    """An env id measured against peers of its own rather than Gymnasium's envs: what the
+    sweep adds for it. The repository's ``benchmarks/chess`` registers Chess-v0's
+    (``register_game``); the installed package registers none."""
+
+    env_id: str
+    #: what one step is called in the tables (chess: plies)
+    unit: str
+    #: the native backends of its default sweep, and its default num_envs
+    native: tuple[str, ...]
+    num_envs: tuple[int, ...]
+    #: ``--baseline-max-envs``'s default (its peers that loop in Python)
+    python_max_envs: int
+    #: each point's worker imports it first: it registers the peers, loops and series there
+    module: str
+    #: why this envfleet cannot run the id natively (its peers still run), or None
+    native_status: Callable[[], str | None]
+    #: ``make`` options of its native points (the peers' games)
+    native_options: Callable[[], dict[str, Any]]
+    #: every series measured again in this ``measure.LOOPS`` loop, as "<label> <twin_loop>"
+    twin_loop: str | None
+    #: the points after the sweep (chess: perft), from the parsed arguments
+    extra_points: Callable[[argparse.Namespace], list[Planned]]
+    #: the settings its run records (the JSON header, the Markdown footer)
+    settings: Callable[[argparse.Namespace], dict[str, Any]]
+    #: (a JSON line, Markdown sections, rich renderables) after the tables, from the results of
+    #: both loops, the extra points' rows and the twin loop's own results
+    sections: Callable[[Results, list[dict[str, Any]], Results | None],
+                       tuple[dict[str, Any], str, list[Any]]]
+
+
+#: env id -> its GameBench (``register_game``)
+GAME_BENCHES: dict[str, GameBench] = {}
+
+
+def register_game(game: GameBench) -> None:
+    """Measure ``game.env_id`` as ``game`` says (its peers: ``baselines.register_peers``)."""
+    GAME_BENCHES[game.env_id] = game
 
 
 def _default_threads() -> int:
@@ -220,7 +245,7 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
 
     def status(name: str) -> str | None:
         if name in BASELINES and family is not None and not family.reference_id \
-                and not chess.is_chess(family.id):
+                and family.id not in GAME_BENCHES:
             return (f"{family.id} names no Gymnasium env it re-implements "
                     f"(NativeEnvSpec.reference_id) for the baselines to run")
         if name in BASELINES:
@@ -234,15 +259,16 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
             return native_missing
         if name in NATIVE_BACKENDS and family is not None and name not in family.backends:
             return missing_backend(family, name)
-        if name in EXECUTOR_BACKENDS and chess.is_chess(reference_id):
+        if name in EXECUTOR_BACKENDS and reference_id in GAME_BENCHES:
             return f"Gymnasium has no {reference_id} env for the executors to run"
         return backend_status(name)
 
     if requested is not None:
-        unknown = [b for b in requested if b not in ALL_BACKENDS]
+        valid = all_backends()
+        unknown = [b for b in requested if b not in valid]
         if unknown:
             raise CommandError(f"unknown backend(s) {', '.join(map(repr, unknown))}; "
-                               f"valid: {', '.join(ALL_BACKENDS)}")
+                               f"valid: {', '.join(valid)}")
         chosen, notes = [], []
         for b in dict.fromkeys(requested):
             reason = status(b)
@@ -263,8 +289,8 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
     elif not native:
         default = (*DEFAULT_EXECUTORS, *(b for b in BASELINES if BASELINES[b].plays is None
                                           and BASELINES[b].executor_default))
-    elif chess.is_chess(reference_id):
-        default = (*chess.NATIVE, *native_default(reference_id))
+    elif reference_id in GAME_BENCHES:
+        default = (*GAME_BENCHES[reference_id].native, *native_default(reference_id))
     else:
         default = (*NATIVE_BACKENDS, *native_default(reference_id))
     for b in default:
@@ -313,9 +339,10 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
             series.append((b, b, None, None))
     series += [(b, b, None, None) for b in baselines]
     loops = dict.fromkeys((label for label, *_ in series), "tight")
-    if chess.is_chess(env_id):  # every series again in the user loop (a policy between steps)
-        twins = [(f"{label} {chess.USER_SUFFIX}", b, t, w) for label, b, t, w in series]
-        loops.update(dict.fromkeys((label for label, *_ in twins), "user"))
+    game = GAME_BENCHES.get(env_id)
+    if game and game.twin_loop:  # every series again in its twin loop (chess: the user loop)
+        twins = [(f"{label} {game.twin_loop}", b, t, w) for label, b, t, w in series]
+        loops.update(dict.fromkeys((label for label, *_ in twins), game.twin_loop))
         series += twins
 
     max_python = getattr(args, "baseline_max_envs", None) or default_baseline_max_envs(env_id)
@@ -323,7 +350,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
     native_ray = _native_name(env_id) is not None
     max_processes = getattr(args, "process_max_envs", PROCESS_MAX_ENVS)
     module = getattr(args, "env_module", None)
-    imports = (*([module] if module else []), *reference_imports(reference_id))
+    imports = (*([module] if module else []), *reference_imports(reference_id),
+               *([game.module] if game else []))
     points = []
     for n in num_envs:
         for label, backend, t, w in series:
@@ -334,8 +362,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 options["threads_per_block"] = args.threads_per_block
             if backend == "pool" and w is not None:
                 options["num_workers"] = w
-            if backend in NATIVE_BACKENDS and chess.is_chess(env_id):
-                options.update(chess.native_options())  # the peers' games (copy=True)
+            if backend in NATIVE_BACKENDS and game:
+                options.update(game.native_options())  # the peers' games
             if loops[label] != "tight":
                 options["loop"] = loops[label]
             spec = PointSpec(env_id=env_id, reference_id=reference_id, backend=backend,
@@ -352,8 +380,8 @@ def plan(env_id: str, reference_id: str, backends: list[str], num_envs: list[int
                 skip = (f"above --baseline-max-envs {max_python:,} "
                         "(one Python env object per env: slow to build, ~6-10 KB each)")
             points.append(Planned(label, spec, skip))
-    # a user-loop series is no backend's column in the ratio columns (``comparisons``): the
-    # chess sections compare the loops
+    # a twin loop's series is no backend's column in the ratio columns (``comparisons``): the
+    # game's sections compare the loops
     return points, [(label, backend if loops[label] == "tight" else f"{loops[label]} loop")
                     for label, backend, _, _ in series]
 
@@ -399,7 +427,8 @@ def reference_imports(reference_id: str) -> tuple[str, ...]:
 
 def default_baseline_max_envs(env_id: str) -> int:
     """``--baseline-max-envs``'s default for ``env_id``."""
-    return chess.PYTHON_PEER_MAX_ENVS if chess.is_chess(env_id) else PYTHON_LOOP_MAX_ENVS
+    game = GAME_BENCHES.get(env_id)
+    return game.python_max_envs if game else PYTHON_LOOP_MAX_ENVS
 
 
 def comparisons(columns: list[tuple[str, str]]) -> tuple[str | None, list[tuple[str, str]]]:
@@ -454,11 +483,10 @@ def wait_until_quiet(limit_s: float, progress: Progress, task: Any, what: str) -
                                           f"{load:.1f} cores) before {what}")
 
 
-def _summary(row: dict[str, Any], unit: str = "steps") -> str:
-    where = f"{row['series']:>12} @ {row['num_envs']:>9,} envs"
-    if row.get("type") == "perft":
-        where = f"{row['series']:>12} {row['position']} depth {row['depth']}"
-        unit = "nodes"
+def _summary(row: dict[str, Any], unit: str = "steps", detail: str | None = None) -> str:
+    """A point's line under the progress bar; ``detail``: a game's extra point in words."""
+    where = f"{row['series']:>12} {detail}" if detail else \
+        f"{row['series']:>12} @ {row['num_envs']:>9,} envs"
     if row["status"] == "ok":
         load = row.get("background_load")
         noisy = f", [yellow]other processes: {load:.1f} cores[/]" if busy(row) else ""
@@ -473,154 +501,219 @@ def _summary(row: dict[str, Any], unit: str = "steps") -> str:
     return f"[red]{where}: {row['status']}: {escape(row.get('error', ''))}[/]"
 
 
-def run(args: argparse.Namespace) -> int:
-    """Run the sweep and write the reports; 1 when a point failed, else 0."""
+@dataclass(frozen=True)
+class Target:
+    """``--env`` resolved as ``make`` resolves it: what runs it and what it is measured with."""
+
+    env_id: str
+    reference_id: str  # the id the baselines (and the executors) run
+    module: str | None  # ``--env module:Id``: the module that registers Id
+    native: bool  # native backends can run it
+    native_missing: str | None  # why this envfleet cannot run it natively (its peers still run)
+    family: NativeEnvSpec | None
+    game: GameBench | None
+
+
+def resolve_env(text: str) -> Target:
+    """The ``Target`` of ``--env text``; an id nobody can run is a ``CommandError``."""
     from envfleet import UnknownEnvError
     from envfleet.registry import _gym_spec, _native_spec, split_module  # make()'s lookups
 
-    check_output(args.out, "--out", directory=True)  # before any point is measured
-    if args.study:
-        from envfleet.bench import studies
-
-        return studies.run(args)
-    args.env = args.env or "CartPole-v1"
-    args.seconds = args.seconds or 1.0
-    t_start = time.perf_counter()
-    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
-    native_missing = None
-    native_spec = None
+    native_missing = family = None
     try:
         # "module:Id": the module registers Id (imported here, and by each point's worker)
-        module, bare = split_module(args.env)
+        module, bare = split_module(text)
         native = _native_name(bare) is not None
         if native:
-            native_spec = _native_spec(bare)
+            family = _native_spec(bare)
             # a user's family without a reference: the executors run its envfleet/<id>
-            env_id, reference_id = native_spec.id, native_spec.reference_id or native_spec.id
-            if chess.is_chess(env_id):
-                reference_id = env_id  # its peers play it; there is no Gymnasium chess
-        elif chess.is_chess(bare):  # this envfleet has no Chess-v0 yet: the peers still run
-            native, native_missing = True, chess.chess_env_status()
+            env_id, reference_id = family.id, family.reference_id or family.id
+            if env_id in GAME_BENCHES:
+                reference_id = env_id  # its peers play it
+        elif bare in GAME_BENCHES:  # this envfleet cannot run it natively: the peers still run
+            native, native_missing = True, GAME_BENCHES[bare].native_status()
             env_id = reference_id = bare
         else:
             _gym_spec(bare)
             env_id = reference_id = bare
     except UnknownEnvError as error:
         raise CommandError(str(error)) from None
-    reference_imports(reference_id)  # MinAtar/...: minatar's ids, for the baselines
-    backends, notes = choose_backends(args.backends, reference_id, native, native_missing,
-                                      family=native_spec)
+    return Target(env_id, reference_id, module, native, native_missing, family,
+                  GAME_BENCHES.get(env_id))
+
+
+@dataclass
+class Sweep:
+    """What a run measures, in run order, how its tables compare the series, and what its
+    files record."""
+
+    target: Target
+    backends: list[str]
+    notes: list[str]  # the backends left out, and why
+    num_envs: list[int]
+    threads: list[int]
+    points: list[Planned]
+    series: list[str]  # the table columns, twin loops included
+    twin_series: list[str]  # a game's twin loop's series
+    primary: str | None  # the series whose ratios and per-call cost are shown
+    pairs: list[tuple[str, str]]  # the (ours, baseline) ratio columns
+    unit: str  # what a step is called (chess: plies)
+    settings: dict[str, Any]
+    stem: str  # the files' name (``study_name``)
+
+
+def plan_sweep(args: argparse.Namespace) -> Sweep:
+    """Resolve ``--env``, choose the backends and plan every point; the defaults that depend on
+    the env are filled into ``args``."""
+    target = resolve_env(args.env)
+    env_id, game = target.env_id, target.game
+    reference_imports(target.reference_id)  # MinAtar/...: minatar's ids, for the baselines
+    backends, notes = choose_backends(args.backends, target.reference_id, target.native,
+                                      target.native_missing, family=target.family)
     if not backends:
         raise CommandError("nothing to measure: no backend can run here")
     if args.num_workers and "pool" not in backends:
         raise CommandError("--num-workers sweeps the pool backend, which is not measured")
-    is_chess = chess.is_chess(env_id)
-    if args.perft_depth is not None and not is_chess:
-        raise CommandError(f"--perft-depth is for {chess.CHESS_ID} only")
     num_envs = args.num_envs or list(
-        chess.DEFAULT_NUM_ENVS if is_chess else DEFAULT_NUM_ENVS if native
+        game.num_envs if game else DEFAULT_NUM_ENVS if target.native
         else atari.DEFAULT_NUM_ENVS if atari.is_atari(env_id) else DEFAULT_EXECUTOR_NUM_ENVS)
     if args.baseline_max_envs is None:
         args.baseline_max_envs = default_baseline_max_envs(env_id)
     threads = args.threads or [_default_threads()]
-    args.env_module = module  # each point's worker imports it first
-    points, columns = plan(env_id, reference_id, backends, num_envs, threads, args)
-    series = [label for label, _ in columns]
-    user_series = [label for label, b in columns if b == "user loop"]  # chess: the user loop
-    unit = "plies" if is_chess else "steps"
-    if is_chess:  # then perft, position by position (envfleet's and python-chess's)
-        points += [Planned(name, spec, skip)
-                   for name, spec, skip in chess.perft_specs(args.perft_depth, args.seconds)]
+    args.env_module = target.module  # each point's worker imports it first
+    points, columns = plan(env_id, target.reference_id, backends, num_envs, threads, args)
+    twin_series = [label for label, b in columns
+                   if game and game.twin_loop and b == f"{game.twin_loop} loop"]
+    if game:  # then its extra points (chess: perft, position by position)
+        points += [replace(p, spec=replace(p.spec, imports=(*p.spec.imports, game.module)))
+                   for p in game.extra_points(args)]
     # ratio columns: the first native series vs every baseline, pool vs EXECUTOR_RIVALS
     primary, pairs = comparisons(columns)
 
-    info = machine_info()
+    unit = game.unit if game else "steps"
     settings = {"env": env_id, "backends": backends, "num_envs": num_envs,
                 "threads": threads, "seconds": args.seconds,
                 "baseline_max_envs": args.baseline_max_envs, "timeout_s": args.timeout}
-    if is_chess:
-        settings.update(unit=unit, perft_depth=args.perft_depth)
+    if game:
+        settings.update(unit=unit, **game.settings(args))
     if any(b in EXECUTOR_BACKENDS or BASELINES[b].process_per_env
            for b in backends if b in EXECUTOR_BACKENDS or b in BASELINES):
         settings.update(num_workers=args.num_workers, process_max_envs=args.process_max_envs)
-    args.out.mkdir(parents=True, exist_ok=True)
     stem = study_name(env_id, backends, threads, args.num_workers)
     settings["study"] = stem
-    jsonl = JsonLines(args.out / f"{stem}.jsonl", {**info, "settings": settings})
+    return Sweep(target, backends, notes, num_envs, threads, points,
+                 [label for label, _ in columns], twin_series, primary, pairs, unit, settings,
+                 stem)
 
-    console.print(f"[bold]envfleet bench[/] {env_id}: {', '.join(series)} at num_envs "
-                  f"{', '.join(f'{n:,}' for n in num_envs)}; {args.seconds:g} s per point, "
-                  f"each in a fresh process. {info['cpu']}, {info['usable_cores']} usable cores.")
-    for note in notes:
+
+def announce(console: Console, sweep: Sweep, args: argparse.Namespace,
+             info: dict[str, Any]) -> None:
+    """What the run measures, the backends left out, oversubscribed thread counts."""
+    console.print(f"[bold]envfleet bench[/] {sweep.target.env_id}: {', '.join(sweep.series)} at "
+                  f"num_envs {', '.join(f'{n:,}' for n in sweep.num_envs)}; {args.seconds:g} s "
+                  f"per point, each in a fresh process. {info['cpu']}, {info['usable_cores']} "
+                  "usable cores.")
+    for note in sweep.notes:
         console.print(f"[dim]not measured: {escape(note)}[/]")
-    over = [t for t in threads if t > info["usable_cores"]]
+    over = [t for t in sweep.threads if t > info["usable_cores"]]
     if over:
         console.print(f"[yellow]note: {over} numba threads > {info['usable_cores']} usable "
                       "cores (oversubscribed)[/]")
 
+
+def _describe(p: Planned) -> str:
+    """A point in words, for the progress bar."""
+    s = p.spec
+    what = f"{p.series} {p.detail}" if p.detail else f"{p.series} num_envs={s.num_envs:,}"
+    if s.threads:
+        what += f" threads={s.threads}"
+    if "num_workers" in s.options:
+        what += f" workers={s.options['num_workers']}"
+    return what
+
+
+def measure_planned(p: Planned, env_id: str, dead: dict[str, str], args: argparse.Namespace,
+                    progress: Progress, task: Any) -> dict[str, Any]:
+    """The row of one point: measured in a fresh process, or skipped (for its own reason, or
+    because its series timed out or was unavailable before); ``dead`` (series -> why its later
+    points are skipped) learns from it."""
+    s = p.spec
+    what = _describe(p)
+    progress.update(task, description=f"measuring {what}")
+    skip = p.skip or dead.get(p.series)
+    if skip:
+        row = {"backend": s.backend, "num_envs": s.num_envs, "threads": s.threads,
+               "status": "skipped", "note": skip}
+    else:
+        if args.wait_quiet > 0:
+            wait_until_quiet(args.wait_quiet, progress, task, what)
+            progress.update(task, description=f"measuring {what}")
+        row = run_point(s, args.timeout, env=_worker_env(s))
+    # a twin loop's rows are typed by their loop (chess: "user"), a game's extra points by
+    # their kind (chess: "perft")
+    kind = p.kind or s.options.get("loop", "point")
+    row = {"type": kind, "series": p.series, "env": env_id, **row, **p.fields}
+    if row["status"] == "timeout":
+        dead[p.series] = f"timed out at {s.num_envs:,} envs"
+    elif row.get("unavailable"):
+        dead[p.series] = f"unavailable: {row['error']}"
+    return row
+
+
+def measure_points(sweep: Sweep, args: argparse.Namespace, console: Console,
+                   jsonl: JsonLines) -> tuple[list[dict[str, Any]], bool]:
+    """Measure the points one at a time under a progress bar, each row written to ``jsonl``
+    as it comes; (the rows, whether Ctrl-C cut the run short)."""
     rows: list[dict[str, Any]] = []
-    dead: dict[str, str] = {}  # series -> why its later points are skipped
-    interrupted = False
+    dead: dict[str, str] = {}
     progress = Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                         MofNCompleteColumn(), TimeElapsedColumn(), console=console,
                         refresh_per_second=4)
     try:
         with progress:
-            task = progress.add_task("starting", total=len(points))
-            for p in points:
-                s = p.spec
-                perft = p.series in chess.PERFT_SERIES
-                what = (f"{p.series} {s.options['position']} depth {s.options['depth']}"
-                        if perft else f"{p.series} num_envs={s.num_envs:,}")
-                if s.threads:
-                    what += f" threads={s.threads}"
-                if "num_workers" in s.options:
-                    what += f" workers={s.options['num_workers']}"
-                progress.update(task, description=f"measuring {what}")
-                skip = p.skip or dead.get(p.series)
-                if skip:
-                    row = {"backend": s.backend, "num_envs": s.num_envs, "threads": s.threads,
-                           "status": "skipped", "note": skip}
-                else:
-                    if args.wait_quiet > 0:
-                        wait_until_quiet(args.wait_quiet, progress, task, what)
-                        progress.update(task, description=f"measuring {what}")
-                    row = run_point(s, args.timeout, env=_worker_env(s))
-                kind = ("perft" if perft else "user" if s.options.get("loop") == "user"
-                        else "point")
-                row = {"type": kind, "series": p.series,
-                       "env": env_id, **row}
-                if perft:
-                    row.update(position=s.options["position"], depth=s.options["depth"])
-                if row["status"] == "timeout":
-                    dead[p.series] = f"timed out at {s.num_envs:,} envs"
-                elif row.get("unavailable"):
-                    dead[p.series] = f"unavailable: {row['error']}"
+            task = progress.add_task("starting", total=len(sweep.points))
+            for p in sweep.points:
+                row = measure_planned(p, sweep.target.env_id, dead, args, progress, task)
                 rows.append(row)
                 jsonl.write(row)
-                progress.console.print(_summary(row, unit))
+                progress.console.print(_summary(row, p.unit or sweep.unit, p.detail))
                 progress.advance(task)
             progress.update(task, description="done")
     except KeyboardInterrupt:
-        interrupted = True
         console.print("[yellow]interrupted: reporting the points measured so far[/]")
+        return rows, True
     finally:
         jsonl.close()
+    return rows, False
 
-    results = Results(rows, [s for s in series if s not in user_series], primary, pairs,
-                      unit=unit)
-    # chess: the tight and user loops' points together (targets, summary, plot), and the user
-    # loop's own table (its series against each peer's user loop)
-    both, user_results = results, None
-    if user_series:
-        user_rows = [{**r, "type": "point"} if r["type"] == "user" else r for r in rows]
-        user_pairs = [(f"{ours} {chess.USER_SUFFIX}", f"{b} {chess.USER_SUFFIX}")
-                      for ours, b in pairs if f"{b} {chess.USER_SUFFIX}" in user_series]
-        both = Results(user_rows, series, primary, pairs + user_pairs, unit=unit)
-        user_results = Results([r for r in user_rows if r["series"] in user_series],
-                               user_series, user_pairs[0][0] if user_pairs else None,
-                               user_pairs, unit=unit)
-    perft_rows = [r for r in rows if r["type"] == "perft"]
+
+def loop_results(sweep: Sweep, rows: list[dict[str, Any]]
+                 ) -> tuple[Results, Results, Results | None]:
+    """(the tight loop's results, both loops' together: targets, summary and plot, the twin
+    loop's own table: its series against each peer's twin, or None without a twin loop)."""
+    results = Results(rows, [s for s in sweep.series if s not in sweep.twin_series],
+                      sweep.primary, sweep.pairs, unit=sweep.unit)
+    if not sweep.twin_series:
+        return results, results, None
+    twin = sweep.target.game.twin_loop
+    twin_rows = [{**r, "type": "point"} if r["type"] == twin else r for r in rows]
+    twin_pairs = [(f"{ours} {twin}", f"{b} {twin}") for ours, b in sweep.pairs
+                  if f"{b} {twin}" in sweep.twin_series]
+    both = Results(twin_rows, sweep.series, sweep.primary, sweep.pairs + twin_pairs,
+                   unit=sweep.unit)
+    twin_results = Results([r for r in twin_rows if r["series"] in sweep.twin_series],
+                           sweep.twin_series, twin_pairs[0][0] if twin_pairs else None,
+                           twin_pairs, unit=sweep.unit)
+    return results, both, twin_results
+
+
+def report(sweep: Sweep, rows: list[dict[str, Any]], args: argparse.Namespace,
+           console: Console, jsonl_path: Path, info: dict[str, Any], t_start: float,
+           interrupted: bool) -> int:
+    """Print the tables, write the Markdown, the plot and a game's summary line; the exit
+    status (130 when interrupted, 1 when a point failed or nothing was measured, else 0)."""
+    env_id, primary = sweep.target.env_id, sweep.primary
+    results, both, twin_results = loop_results(sweep, rows)
     if not results.num_envs:
         return 130 if interrupted else 1
     if primary and {ours for ours, _ in results.comparisons} <= {primary}:
@@ -630,25 +723,28 @@ def run(args: argparse.Namespace) -> int:
     else:
         what = ")"
     main_table, startup = rich_tables(
-        results, f"{env_id} {unit}/s ({args.seconds:g} s per point" + what)
+        results, f"{env_id} {sweep.unit}/s ({args.seconds:g} s per point" + what)
     console.print(main_table)
     console.print(startup)
     for line in results.problems():
         console.print(f"[dim]- {escape(line)}[/]")
     extra = ""
-    if is_chess:  # ratios, best N, targets and perft as one JSON line after the points
-        with open(jsonl.path, "a") as f:
-            f.write(json.dumps(chess.summary(both, perft_rows)) + "\n")
-        extra = chess.markdown_sections(both, perft_rows, user_results)
-        for table in chess.rich_sections(both, perft_rows, user_results):
-            console.print(table)
+    if sweep.target.game:  # its sections, and their summary as one JSON line after the points
+        extra_kinds = {p.kind for p in sweep.points if p.kind}
+        summary, extra, renderables = sweep.target.game.sections(
+            both, [r for r in rows if r["type"] in extra_kinds], twin_results)
+        with open(jsonl_path, "a") as f:
+            f.write(json.dumps(summary) + "\n")
+        for renderable in renderables:
+            console.print(renderable)
 
-    command = "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
-    md_path = args.out / f"{stem}.md"
-    md_path.write_text(markdown(results, env_id, info, settings, command) + extra)
-    png_path = args.out / f"{stem}.png"
+    command = getattr(args, "command_line", None) or \
+        "envfleet " + " ".join(getattr(args, "argv", ["bench"]))
+    md_path = args.out / f"{sweep.stem}.md"
+    md_path.write_text(markdown(results, env_id, info, sweep.settings, command) + extra)
+    png_path = args.out / f"{sweep.stem}.png"
     why_not = plot(both, env_id, info, png_path)
-    written = [jsonl.path, md_path] + ([] if why_not else [png_path])
+    written = [jsonl_path, md_path] + ([] if why_not else [png_path])
     console.print(f"wrote {', '.join(map(str, written))} in "
                   f"{time.perf_counter() - t_start:.0f} s")
     if why_not:
@@ -656,3 +752,19 @@ def run(args: argparse.Namespace) -> int:
     if interrupted:
         return 130
     return 1 if any(r["status"] in ("failed", "timeout") for r in rows) else 0
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the sweep and write the reports; 1 when a point failed, else 0."""
+    check_output(args.out, "--out", directory=True)  # before any point is measured
+    args.env = args.env or "CartPole-v1"
+    args.seconds = args.seconds or 1.0
+    t_start = time.perf_counter()
+    console = Console(width=None if sys.stdout.isatty() else 160, highlight=False)
+    sweep = plan_sweep(args)
+    info = machine_info()
+    args.out.mkdir(parents=True, exist_ok=True)
+    jsonl = JsonLines(args.out / f"{sweep.stem}.jsonl", {**info, "settings": sweep.settings})
+    announce(console, sweep, args, info)
+    rows, interrupted = measure_points(sweep, args, console, jsonl)
+    return report(sweep, rows, args, console, jsonl.path, info, t_start, interrupted)

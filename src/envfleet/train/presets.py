@@ -71,9 +71,9 @@ PRESETS: dict[str, dict[str, Any]] = {
     # learner CPU per sample than over all 4672: 604 -> 206 us at 256 envs), and a 64-wide MLP:
     # the learner 214 -> 124 us a step, and greedy win rate 0.4 against random (200 games) in
     # 655k-1.31M steps (mean 1.08M, 305 s) against 128-wide's 688k-1.08M (0.90M, 366 s);
-    # seeds 1-3, disjoint envs, loaded 2-vCPU EPYC (scripts/chess_learning_presets.py). One
-    # epoch per rollout (1 or 4 minibatches) was cheaper still but stalled under 0.2 in 1.6M
-    # steps on some seeds
+    # seeds 1-3, disjoint envs, loaded 2-vCPU EPYC
+    # (benchmarks/scripts/chess_learning_presets.py). One epoch per rollout (1 or 4
+    # minibatches) was cheaper still but stalled under 0.2 in 1.6M steps on some seeds
     "Chess-v0": dict(num_envs=256, num_steps=16, num_minibatches=2, update_epochs=2,
                      learning_rate=1e-3, gamma=0.99, gae_lambda=0.95, ent_coef=0.01,
                      hidden_sizes=(64, 64), activation="relu", legal_logits=True,

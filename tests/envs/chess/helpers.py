@@ -1,7 +1,7 @@
 """Shared helpers of the chess tests: python-chess as the reference.
 
 Chess-v0's rules and observations computed from python-chess live in one place,
-``envfleet.bench.studies.pychess_env`` (the bench's python-chess env plays by them); the
+``benchmarks.studies.pychess_env`` (the bench's python-chess env plays by them); the
 lock-step tests check them against the native env ply by ply.
 """
 
@@ -10,10 +10,10 @@ from __future__ import annotations
 import chess
 import numpy as np
 
-from envfleet.bench.studies.pychess_env import compact_obs as reference_compact
-from envfleet.bench.studies.pychess_env import ep_square as reference_ep_square
-from envfleet.bench.studies.pychess_env import outcome as reference_outcome
-from envfleet.bench.studies.pychess_env import planes_obs as reference_planes
+from benchmarks.studies.pychess_env import compact_obs as reference_compact
+from benchmarks.studies.pychess_env import ep_square as reference_ep_square
+from benchmarks.studies.pychess_env import outcome as reference_outcome
+from benchmarks.studies.pychess_env import planes_obs as reference_planes
 
 __all__ = ["reference_compact", "reference_ep_square", "reference_outcome", "reference_planes"]
 

@@ -6,7 +6,7 @@ import random
 
 import pytest
 
-from envfleet.bench.chess import python_chess_perft
+from benchmarks.chess import python_chess_perft
 from envfleet.envs.chess import STARTING_FEN, perft
 
 chess = pytest.importorskip("chess")
@@ -117,7 +117,7 @@ def test_perft_refuses_bad_input():
 
 def test_bench_positions_against_python_chess():
     """The 48 positions ``envfleet bench`` plays (openings, middlegames, endgames)."""
-    from envfleet.bench.chess import BENCH_POSITIONS
+    from benchmarks.chess import BENCH_POSITIONS
 
     for _, fen in BENCH_POSITIONS:
         assert perft(fen, 2) == python_chess_perft(chess.Board(fen), 2), fen
@@ -141,7 +141,7 @@ def test_label_move_gives_the_listed_move_of_every_legal_action():
                 bad += 1
         return n, bad
 
-    from envfleet.bench.chess import BENCH_POSITIONS
+    from benchmarks.chess import BENCH_POSITIONS
 
     fens = TRICKY + [fen for fen, _ in PUBLISHED] + [fen for _, fen in BENCH_POSITIONS]
     for fen in fens + random_positions(24, seed=5):
