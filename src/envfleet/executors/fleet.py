@@ -21,12 +21,13 @@ again, once.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, NoReturn
 
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.contract import RESET_NOW, end_truncated, on_episode_end
+from envfleet.contract import end_truncated
 from envfleet.executors.base import (
     EnvWorkerError,
     ExecutorVectorEnv,
@@ -34,9 +35,8 @@ from envfleet.executors.base import (
     failure_error,
 )
 from envfleet.executors.first_ready import FirstReady
-from envfleet.executors.group import FAILURE_KEY, Infos
+from envfleet.executors.group import FAILURE_KEY, Infos, end_lost_episodes
 from envfleet.executors.infos import InfoParts, entries
-from envfleet.executors.shared_memory import copy_row
 from envfleet.executors.transport import Share, Transport
 
 #: start-up (building the envs) may take longer than a step: at least this many seconds
@@ -273,24 +273,26 @@ class ShareFleet(ExecutorVectorEnv):
             raise failure_error(index, what, error_type, text, tb)
 
     def _restart(self, share: Share, what: str, phase: str) -> None:
-        """Replace lost ``share``'s owner by a new one over new envs (same rows). During a
-        step its envs' episodes end under the autoreset rule (SAME_STEP: their last
-        observations become ``final_obs`` and the new envs are reset now); during a reset the
-        caller resets them again."""
+        """Replace lost ``share``'s owner by a new one over new envs (same rows): during a
+        step they start under the autoreset rule (``renew``); during a reset the caller resets
+        them again."""
+        self.transport.stop(share)
+        self.renew(share, what, phase,
+                   lambda: self.transport.replace(share, phase == "step", what, phase))
+
+    def renew(self, share: Share, what: str, phase: str, start: Callable[[], Infos]) -> None:
+        """Lost ``share`` (``what`` happened in ``phase``) gets new envs: ``start`` (the
+        transport's) starts its new owner and returns the new envs' infos. During a step the
+        lost envs' episodes end under the autoreset rule, applied by the env group's module
+        (``group.end_lost_episodes``: SAME_STEP keeps their last observations as
+        ``final_obs``; the new envs' own start is ``EnvGroup.start_fresh``)."""
         message = self.blame(share, what, phase)[0].removesuffix(f" during {phase}()")
         self.lost[share.index] = message
-        self.transport.stop(share)
-        fresh = phase == "step"
-        rows = share.rows
-        kept: dict[str, np.ndarray] = {}
-        if fresh and on_episode_end(self.autoreset_mode) == RESET_NOW:
-            copy_row(self._obs, self._final_obs, rows)
-            # (kept apart: the new owner's reset answer may carry final_obs rows of its own)
-            kept = {k: a[rows].copy() for k, a in self.arrays.items()
-                    if k.split(".")[0] == "final_obs"}
-        self.restart_infos += self.transport.replace(share, fresh, what, phase)
-        for k, value in kept.items():
-            self.arrays[k][rows] = value
+        kept = end_lost_episodes(self.autoreset_mode, self._obs, self._final_obs, self.arrays,
+                                 share.rows) if phase == "step" else {}
+        self.restart_infos += start()
+        for k, value in kept.items():  # (the new owner's answer may carry final_obs rows)
+            self.arrays[k][share.rows] = value
         self.lost[share.index] = f"{message}; it was restarted" \
                                  f"{self.transport.restarted_where(share)}"
 

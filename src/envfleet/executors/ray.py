@@ -45,7 +45,6 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.contract import RESET_NOW, on_episode_end
 from envfleet.executors.base import (
     DEFAULT_STEP_TIMEOUT,
     EnvWorkerError,
@@ -73,7 +72,7 @@ from envfleet.executors.runner import (
     output_names,
     process_identity,
 )
-from envfleet.executors.shared_memory import assign_rows, copy_row, take_rows
+from envfleet.executors.shared_memory import assign_rows, take_rows
 from envfleet.executors.transport import Share
 
 #: how long actors asked to close may take before they are killed
@@ -298,6 +297,53 @@ def _check_room(ray: Any, workers: int, asks: dict[str, float], placement: Any) 
             f"({ask_less}), or add nodes with room")
 
 
+def _info_parts(a: Actor, infos: Infos, batched: dict[str, Any] | None,
+                which: str) -> InfoParts:
+    """An actor's infos as parts: its envs' own ``infos`` and, from a local engine, its
+    share's ``batched`` info (``which``: "info", or its "final_info")."""
+    parts = InfoParts([(None, infos)] if infos else [])
+    if batched:
+        tree = tree_of(batched.get("final_info", {}) if which == "final_info" else
+                       {k: v for k, v in batched.items()
+                        if k not in ("final_info", "_final_info")}, a.stop - a.start)
+        if tree:
+            parts.append((a.rows, tree))
+    return parts
+
+
+def _wait_for_room(placement: tuple | None, asks: dict[str, float], timeout: float,
+                   step_timeout: float) -> str | None:
+    """Wait up to ``timeout`` s for a live node with room for one actor asking ``asks``
+    (``placement``: the room check's node filter, None: not checked); None once there is one
+    (or where Ray does not say), else what the nodes have free."""
+    if placement is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = _free_per_node(placement[0])
+        if nodes is None or any(_room(n, asks) >= 1 for n in nodes.values()):
+            return None
+        if time.monotonic() >= deadline:
+            return (f"no live node had room for an actor asking {_amounts(asks)} within "
+                    f"step_timeout={step_timeout:g} s; free: {_nodes_text(nodes, asks)}")
+        time.sleep(0.1)
+
+
+def _actor_options(num_cpus: float, num_gpus: float, resources: dict[str, float] | None,
+                   placement: Any, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """Ray's options for every actor: what it asks, where it goes, its runtime env (never
+    restarted by Ray: a lost actor is the fleet's to restart)."""
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0,
+                               "max_concurrency": 1}
+    if resources:
+        options["resources"] = dict(resources)
+    if placement is not None:
+        options["scheduling_strategy"] = placement
+    if runtime_env:
+        options["runtime_env"] = dict(runtime_env)
+    return options
+
+
 def _native_payload(native: NativeEnvs) -> tuple:
     """What an actor builds a native share from: the id, kwargs, episode limit and, for a
     family the user registered (``register_native_env``: only in the driver's registry), its
@@ -374,15 +420,8 @@ class RayTransport:
             else:
                 num_workers = _default_workers(ray, self.num_cpus)
         self.num_workers = min(int(num_workers), num_envs)
-        actor_options: dict[str, Any] = {"num_cpus": self.num_cpus, "num_gpus": self.num_gpus,
-                                         "max_restarts": 0, "max_concurrency": 1}
-        if self.resources:
-            actor_options["resources"] = dict(self.resources)
-        if self.placement is not None:
-            actor_options["scheduling_strategy"] = self.placement
-        if self.runtime_env:
-            actor_options["runtime_env"] = dict(self.runtime_env)
-        self._actor_cls = ray.remote(RayShareRunner).options(**actor_options)
+        self._actor_cls = ray.remote(RayShareRunner).options(**_actor_options(
+            self.num_cpus, self.num_gpus, self.resources, self.placement, self.runtime_env))
         envs, native = self.envs, self.envs if isinstance(self.envs, NativeEnvs) else None
         self._payloads = [_native_payload(native) if native is not None else envs[start:stop]
                           for start, stop in split(num_envs, self.num_workers)]
@@ -486,22 +525,6 @@ class RayTransport:
                         during, tb)
         self.fleet.failed(a, what, phase, tb)
 
-    def _wait_for_room(self, timeout: float) -> str | None:
-        """Wait up to ``timeout`` s for a live node with room for one actor; None once there is
-        one (or where Ray does not say), else what the nodes have free."""
-        if self._placement is None:
-            return None
-        deadline = time.monotonic() + timeout
-        while True:
-            nodes = _free_per_node(self._placement[0])
-            if nodes is None or any(_room(n, self._asks) >= 1 for n in nodes.values()):
-                return None
-            if time.monotonic() >= deadline:
-                return (f"no live node had room for an actor asking {_amounts(self._asks)} "
-                        f"within step_timeout={self.step_timeout:g} s; free: "
-                        f"{_nodes_text(nodes, self._asks)}")
-            time.sleep(0.1)
-
     def stop(self, a: Actor) -> None:
         _kill(a)
 
@@ -518,7 +541,8 @@ class RayTransport:
     def replace(self, a: Actor, fresh: bool, what: str, phase: str) -> Infos:
         """Build actor ``a`` again (any node with room, waited for up to ``step_timeout``);
         ``fresh``: its envs start under the autoreset rule (``ShareRunner.start_fresh``)."""
-        why = self._wait_for_room(self.step_timeout)
+        why = _wait_for_room(self._placement, self._asks, self.step_timeout,
+                             self.step_timeout)
         if why is not None:
             self.fleet.fatal(a, f"{what}, and could not be restarted ({why})", phase)
         self._restarting = (what, phase)
@@ -544,7 +568,7 @@ class RayTransport:
         if len(reply) == 1:  # (nothing was reset)
             return []
         self._write(a, reply[1], None, [k for k in self._outputs if k.split(".")[0] == "obs"])
-        return entries(self._info_parts(a, reply[2], reply[4], "info"))
+        return entries(_info_parts(a, reply[2], reply[4], "info"))
 
     # --- async restarts: the other actors' envs are handed out meanwhile ---------------------
 
@@ -556,7 +580,7 @@ class RayTransport:
         if a.restart is None:
             self._begin_restart(a, what)
             return True
-        why = self._wait_for_room(0.0)
+        why = _wait_for_room(self._placement, self._asks, 0.0, self.step_timeout)
         if why is None and time.monotonic() < a.restart[2]:
             self.fleet.first_ready.heard[a.index] = min(time.monotonic(),
                                                         a.restart[2] - self.step_timeout)
@@ -592,16 +616,7 @@ class RayTransport:
                 _raise_error(answer)
         a.restart, a.queue = None, []  # (actions sent meanwhile were for the envs replaced)
         a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
-        rows, kept = a.rows, {}
-        if on_episode_end(self.fleet.autoreset_mode) == RESET_NOW:
-            copy_row(self.fleet._obs, self.fleet._final_obs, rows)
-            kept = {k: v[rows].copy() for k, v in self.arrays.items()
-                    if k.split(".")[0] == "final_obs"}
-        self.fleet.restart_infos += self._fresh(a, reply)
-        for k, value in kept.items():
-            self.arrays[k][rows] = value
-        message = self.fleet.blame(a, what, "step")[0].removesuffix(" during step()")
-        self.fleet.lost[a.index] = f"{message}; it was restarted{self.restarted_where(a)}"
+        self.fleet.renew(a, what, "step", lambda: self._fresh(a, reply))
         return self.fleet.first_ready.end_lost()
 
     def _write(self, a: Actor, outputs: dict[str, np.ndarray], mask: np.ndarray | None,
@@ -619,19 +634,6 @@ class RayTransport:
 
     # --- the exchanges ------------------------------------------------------------------------
 
-    def _info_parts(self, a: Actor, infos: Infos, batched: dict[str, Any] | None,
-                    which: str) -> InfoParts:
-        """An actor's infos as parts: its envs' own ``infos`` and, from a local engine, its
-        share's ``batched`` info (``which``: "info", or its "final_info")."""
-        parts = InfoParts([(None, infos)] if infos else [])
-        if batched:
-            tree = tree_of(batched.get("final_info", {}) if which == "final_info" else
-                           {k: v for k, v in batched.items()
-                            if k not in ("final_info", "_final_info")}, a.stop - a.start)
-            if tree:
-                parts.append((a.rows, tree))
-        return parts
-
     def reset(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                       options: dict[str, Any] | None) -> InfoParts:
         actors = [a for a in self.actors if mask is None or mask[a.start:a.stop].any()]
@@ -644,7 +646,7 @@ class RayTransport:
             if reply is LOST:
                 continue
             self._write(a, reply[1], None if mask is None else mask[a.start:a.stop])
-            infos += self._info_parts(a, reply[2], reply[4], "info")
+            infos += _info_parts(a, reply[2], reply[4], "info")
         return infos
 
     def step(self) -> tuple[InfoParts, InfoParts]:
@@ -656,8 +658,8 @@ class RayTransport:
             if reply is LOST:
                 continue
             self._write(a, reply[1], None)
-            infos += self._info_parts(a, reply[2], reply[4], "info")
-            finals += self._info_parts(a, reply[3], reply[4], "final_info")
+            infos += _info_parts(a, reply[2], reply[4], "info")
+            finals += _info_parts(a, reply[3], reply[4], "final_info")
         return infos, finals
 
     def call(self, owners: dict[int, list[int]], name: Any, args: tuple,
