@@ -6,7 +6,8 @@ autoreset and trajectories as ``serial``) or a local ``pool`` for Gymnasium ids 
 and the native kernel (``engine="numba"``: ``envfleet.make(id, k, backend="numba")``) for
 native ids. The driver makes one RPC per actor per batch (the share's actions as one array per
 leaf, at most one request in flight per actor) and copies each reply's arrays into its own
-preallocated batch buffers; ``ExecutorVectorEnv`` owns the Gymnasium contract.
+preallocated batch buffers. ``RayTransport`` does that for ``fleet.ShareFleet`` (the
+Gymnasium contract, faults and first-ready batches); ``RayVectorEnv`` is the fleet over it.
 
 Faults: an actor that dies (process killed, node lost: ``RayActorError``, read by ``_death``,
 Ray's text chained as the cause) or stays silent past ``step_timeout`` is killed and reported as
