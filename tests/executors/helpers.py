@@ -26,8 +26,8 @@ def shm_names() -> set[str]:
 def our_names(env) -> set[str]:
     """The /dev/shm entries of a process executor: its segment and its semaphore (a pool)."""
     inner = env.unwrapped
-    names = {b.name.lstrip("/") for b in inner._buffers}
-    names |= {"sem." + c._semlock.name.lstrip("/") for c in inner._closers
+    names = {b.name.lstrip("/") for b in inner.transport.buffers}
+    names |= {"sem." + c._semlock.name.lstrip("/") for c in inner.transport.closers
               if hasattr(c, "_semlock")}
     assert names <= shm_names(), "the executor's entries should exist while it runs"
     return names
@@ -43,7 +43,7 @@ def pid_gone(pid: int) -> bool:
 
 
 def worker_pids(env) -> list[int]:
-    return [w.process.pid for w in env.unwrapped._workers]
+    return [w.process.pid for w in env.unwrapped.transport.workers]
 
 
 def assert_nothing_left(pids: list[int], names: set[str], timeout: float = 5.0) -> None:

@@ -145,7 +145,7 @@ def test_bad_sends_are_refused_and_nothing_moves() -> None:
             env.send(np.array([1, 9]), np.array([1, 2]))  # action 9 is not in Discrete(5)
         with pytest.raises(ValueError, match="1-D array of ints"):
             env.send(a2, np.array([0.5, 1.0]))
-        assert env.unwrapped._in_flight.tolist() == [True, False, False, False]
+        assert env.unwrapped.first_ready.in_flight.tolist() == [True, False, False, False]
         env.send(np.array([2, 3]), np.array([1, 2]))
         results = {}
         for _ in range(2):

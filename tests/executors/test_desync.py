@@ -19,7 +19,7 @@ import pytest
 
 import envfleet
 from envfleet.executors import EnvWorkerError
-from envfleet.executors.processes import ProcessVectorEnv
+from envfleet.executors.fleet import ShareFleet
 from tests.executors.envs import CountingEnv, SlowEnv
 from tests.executors.helpers import (
     BACKENDS,
@@ -217,13 +217,13 @@ def test_worker_stopped_while_idle_is_the_one_restarted(backend) -> None:
 def test_restart_racing_a_finishing_worker_loses_nothing(monkeypatch) -> None:
     """A dead worker found while sending, restarted slowly while the other finishes: the batch
     still completes at once, and the healthy worker's real terminations are kept."""
-    original = ProcessVectorEnv._restart
+    original = ShareFleet._restart
 
     def slow_restart(self, *args, **kwargs):
         time.sleep(0.05)
         return original(self, *args, **kwargs)
 
-    monkeypatch.setattr(ProcessVectorEnv, "_restart", slow_restart)
+    monkeypatch.setattr(ShareFleet, "_restart", slow_restart)
     env = envfleet.make(functools.partial(CountingEnv, length=3), N, backend="pool",
                         num_workers=2, restart_failed=True, step_timeout=5.0)
     pids = worker_pids(env)

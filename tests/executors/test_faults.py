@@ -168,7 +168,7 @@ import functools
 env = envfleet.make([functools.partial(FaultyEnv, index=i, fault="hang", bad_index=1, at=1)
                      for i in range(2)], 2, backend="pool", num_workers=2)
 env.reset(seed=0)
-print(*[w.process.pid for w in env.unwrapped._workers], flush=True)
+print(*[w.process.pid for w in env.unwrapped.transport.workers], flush=True)
 if sys.argv[1] == "hang":
     env.step([0, 0])  # worker 1 hangs in its env
 """

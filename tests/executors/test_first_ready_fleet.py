@@ -1,6 +1,6 @@
-"""First-ready batching is the core's (``ShareFleet``), for every transport: ``subprocess``
-gets EnvPool's ``send`` / ``recv`` as the pool and Ray have it, checked against the model of
-what each env must show (``test_async.Model``)."""
+"""First-ready batching is the core's (``ShareFleet`` owns a ``FirstReady``), for every
+transport: ``subprocess`` gets EnvPool's ``send`` / ``recv`` as the pool and Ray have it,
+checked against the model of what each env must show (``test_async.Model``)."""
 
 from __future__ import annotations
 
@@ -14,23 +14,31 @@ import envfleet
 from envfleet.executors.base import EnvWorkerError
 from envfleet.executors.first_ready import FirstReady
 from envfleet.executors.fleet import ShareFleet
-from envfleet.executors.pool import PoolVectorEnv
-from envfleet.executors.ray import RayVectorEnv
-from envfleet.executors.subprocess import SubprocessVectorEnv
+from envfleet.executors.pool import PoolVectorEnv, SharedMemoryTransport
+from envfleet.executors.ray import RayTransport, RayVectorEnv
+from envfleet.executors.subprocess import PipeTransport, SubprocessVectorEnv
 from tests.executors.envs import FaultyEnv
 from tests.executors.test_async import check_round_trips, counting
 
 
 def test_first_ready_is_written_once_in_the_core_for_every_transport() -> None:
-    """No transport has a send / recv / wait loop of its own: only ``_hand`` (give envs to an
-    owner) and ``_take_reports`` (take what came)."""
-    assert issubclass(ShareFleet, FirstReady)
+    """No transport has a send / recv / wait loop of its own: the fleet owns one
+    ``FirstReady`` queue, and a transport only hands envs to an owner (``hand``) and takes
+    what came (``take_reports``)."""
     for cls in (PoolVectorEnv, SubprocessVectorEnv, RayVectorEnv):
-        for name in ("send", "recv", "reset", "step", "_collect", "_arrived", "_check_hung",
-                     "_async_lost", "_init_async", "_clear_async"):
-            assert getattr(cls, name) is getattr(FirstReady, name), (cls, name)
-        for hook in ("_hand", "_take_reports"):
-            assert getattr(cls, hook) is not getattr(FirstReady, hook), (cls, hook)
+        assert issubclass(cls, ShareFleet)
+        for name in ("send", "recv", "reset", "step"):
+            assert getattr(cls, name) is getattr(ShareFleet, name), (cls, name)
+    for cls in (SharedMemoryTransport, PipeTransport, RayTransport):
+        for name in ("send", "recv", "collect", "arrived", "check_hung", "end_lost"):
+            assert not hasattr(cls, name), (cls, name)
+        for hook in ("hand", "take_reports", "drop_in_flight"):
+            assert callable(getattr(cls, hook)), (cls, hook)
+    env = envfleet.make(counting(4), 4, backend="pool", batch_size=2, num_workers=2)
+    try:
+        assert type(env.unwrapped.first_ready) is FirstReady
+    finally:
+        env.close()
 
 
 def test_subprocess_round_trips_give_each_env_its_next_obs() -> None:

@@ -1,4 +1,5 @@
-"""The executors' one autoreset rule and their one core (``executors.fleet.ShareFleet``)."""
+"""The executors' one autoreset rule and their one core (``executors.fleet.ShareFleet``) over
+a declared transport (``executors.transport.Transport``)."""
 
 from __future__ import annotations
 
@@ -10,9 +11,10 @@ import envfleet
 from envfleet.executors.base import buffer_layout
 from envfleet.executors.fleet import ShareFleet, split
 from envfleet.executors.group import PEND, RESET_NOW, WAIT, EnvGroup, on_episode_end
-from envfleet.executors.pool import PoolVectorEnv
-from envfleet.executors.ray import RayVectorEnv
-from envfleet.executors.subprocess import SubprocessVectorEnv
+from envfleet.executors.pool import PoolVectorEnv, SharedMemoryTransport
+from envfleet.executors.ray import RayTransport, RayVectorEnv
+from envfleet.executors.subprocess import PipeTransport, SubprocessVectorEnv
+from envfleet.executors.transport import Transport
 from tests.executors.envs import CountingEnv
 
 
@@ -47,11 +49,20 @@ def test_new_envs_of_a_lost_share_start_under_the_rule(mode) -> None:
         assert (arrays["obs"][:, 3] == 1).all()  # untouched
 
 
-def test_every_remote_executor_is_a_transport_of_the_one_core() -> None:
+def test_every_remote_executor_is_the_one_core_over_a_transport() -> None:
+    """pool, subprocess and ray are ``ShareFleet`` itself (faults, restarts, reset and step
+    written once) over a transport that declares every operation of ``Transport``."""
     for cls in (PoolVectorEnv, SubprocessVectorEnv, RayVectorEnv):
         assert issubclass(cls, ShareFleet), cls
-        for hook in ("_failed", "_blame", "_restart", "_reset_envs", "_step_envs"):
+        for hook in ("failed", "blame", "_restart", "_reset_envs", "_step_envs"):
             assert getattr(cls, hook) is getattr(ShareFleet, hook), (cls, hook)
+    operations = [name for name in vars(Transport) if not name.startswith("_")]
+    assert {"start", "step", "reset", "stop", "replace", "shutdown"} <= set(operations)
+    for cls in (SharedMemoryTransport, PipeTransport, RayTransport):
+        assert not issubclass(cls, ShareFleet), cls
+        for name in operations:
+            assert hasattr(cls, name), (cls, name)
+        assert not getattr(cls, "__abstractmethods__", None), cls
     assert split(7, 3) == [(0, 3), (3, 5), (5, 7)]
 
 
@@ -63,7 +74,7 @@ def test_a_lost_worker_is_blamed_by_env_index() -> None:
     env = envfleet.make([lambda: CountingEnv(0, 100)] * 4, 4, backend="pool", num_workers=2)
     try:
         env.reset(seed=0)
-        pid = env.unwrapped._workers[1].process.pid
+        pid = env.unwrapped.transport.workers[1].process.pid
         os.kill(pid, signal.SIGKILL)
         with pytest.raises(envfleet.EnvWorkerError,
                            match=rf"worker 1 \(envs 2\.\.3, pid {pid}\) died unexpectedly "

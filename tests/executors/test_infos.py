@@ -345,12 +345,12 @@ def test_stable_infos_go_through_shared_memory() -> None:
         want = reference_env.step(np.zeros(4, dtype=np.int64))[4]
         got = env.step(np.zeros(4, dtype=np.int64))[4]
         assert_same_infos(want, got, f"step {t}")
-        used.append(inner._info_state.tolist())
+        used.append(inner.transport._info_state.tolist())
         names |= our_names(env)
     # t = 1: a first layout; t = 2: the same, a segment (1); t = 6: a new layout, t = 7:
     # segment 2; t = 9: an object value (the pipe); t = 10 on: segment 2 again
     assert used == [[0, 0]] + [[1, 1]] * 4 + [[0, 0]] + [[2, 2]] * 2 + [[0, 0]] + [[2, 2]] * 3
-    assert len(inner._info_trees) == 2
+    assert len(inner.transport._info_trees) == 2
     pids = worker_pids(env)
     env.close()
     reference_env.close()
@@ -380,7 +380,7 @@ def test_a_lost_worker_with_an_info_segment() -> None:
             assert info["n"][:2].tolist() == [10 * t, 10 * t + 1]
     # worker 0: its second segment (``late`` came at t = 6); worker 1's new process (its envs
     # new at t = 4, reset at t = 5): its first
-    assert inner._info_state.tolist() == [2, 1]
+    assert inner.transport._info_state.tolist() == [2, 1]
     env.close()
     assert_nothing_left(sorted(pids), names)
 
@@ -422,13 +422,14 @@ def test_infos_after_a_restarted_worker_makes_a_segment_of_the_same_number() -> 
             info = env.step(np.zeros(4, dtype=np.int64))[4]
             if step < 5:
                 assert info["t"].tolist() == [step] * 4
-                before = inner._info_plan[1] if step == 4 else None  # (both segments 1)
+                before = inner.transport._info_plan[1] if step == 4 else None  # (both segments 1)
             elif step > 6:  # worker 1's envs: new at step 5, reset at 6, stepped from 7 on
                 assert info["t"].tolist() == [step, step, step - 6, step - 6], step
                 assert info["i"].tolist() == [0, 1, 2, 3]
-        assert inner._info_state.tolist() == [1, 1]  # (the same numbers as before the loss)
+        # (the same numbers as before the loss)
+        assert inner.transport._info_state.tolist() == [1, 1]
         # the old plan read the lost worker's unmapped segment (its address may be reused)
-        assert inner._info_plan[1] is not before
+        assert inner.transport._info_plan[1] is not before
     finally:
         env.close()
 
@@ -475,7 +476,7 @@ def test_a_flat_layout_written_straight_into_the_segment_falls_back_when_broken(
             want = reference_env.step(np.zeros(4, dtype=np.int64))[4]
             got = env.step(np.zeros(4, dtype=np.int64))[4]
             assert_same_infos(want, got, f"step {t}")
-            used.append(inner._info_state.tolist())
+            used.append(inner.transport._info_state.tolist())
         # worker 0: envs 0, 1; worker 1: envs 2, 3 (a broken step of one worker's env sends
         # that worker's infos by pipe; the other worker's stay in its segment)
         assert used[:3] == [[0, 0], [1, 1], [1, 1]]

@@ -29,7 +29,7 @@ def spy_on_envs(monkeypatch) -> list[dict]:
         env = real(args, num_envs, seed)
         made.append({"backend": args.backend, "env": env.unwrapped,
                      "workers": getattr(env.unwrapped, "num_workers", None),
-                     "asks": getattr(env.unwrapped, "_asks", None),
+                     "asks": getattr(getattr(env.unwrapped, "transport", None), "_asks", None),
                      "free_cpus": ray.available_resources().get("CPU", 0.0)})
         return env
 

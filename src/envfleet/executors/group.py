@@ -27,7 +27,7 @@ Infos = list[tuple[int, dict[str, Any]]]
 FAILURE_KEY = "env_failure"
 #: (the autoreset rule is the contract's, re-exported here for the executors)
 __all__ = ["FAILURE_KEY", "PEND", "RESET_NOW", "WAIT", "EnvFailure", "EnvGroup", "Infos",
-           "on_episode_end"]
+           "end_lost_episodes", "on_episode_end"]
 
 
 class EnvFailure(Exception):
@@ -328,6 +328,19 @@ class EnvGroup:
             with contextlib.suppress(Exception):
                 env.close()
         self.envs = []
+
+
+def end_lost_episodes(mode: AutoresetMode, obs: Any, final_obs: Any,
+                      arrays: dict[str, np.ndarray], rows: slice) -> dict[str, np.ndarray]:
+    """The autoreset rule (``on_episode_end``) for the envs ``rows`` of a share lost during a
+    step, in the parent's batch (``obs``, ``final_obs``: its views of ``arrays``): SAME_STEP
+    keeps their last observations as ``final_obs``, returned apart too (the new envs' reset
+    answer may carry final_obs rows of its own); the other modes leave the rows as they are
+    (NEXT_STEP's new envs reset on their next step: ``EnvGroup.start_fresh``)."""
+    if on_episode_end(mode) != RESET_NOW:
+        return {}
+    copy_row(obs, final_obs, rows)
+    return {k: a[rows].copy() for k, a in arrays.items() if k.split(".")[0] == "final_obs"}
 
 
 def _describe(error: BaseException) -> str:

@@ -3,7 +3,7 @@
 of every exchange), stopping one (``kill``, ``reap``) or all of them (``stop_workers``).
 
 ``executors.worker`` is the other side (the worker process and its protocol);
-``processes.ProcessVectorEnv`` puts the two together as ``ShareFleet``'s process transport.
+``processes.ProcessTransport`` puts the two together as ``ShareFleet``'s process transport.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@ autoreset and trajectories as ``serial``) or a local ``pool`` for Gymnasium ids 
 and the native kernel (``engine="numba"``: ``envfleet.make(id, k, backend="numba")``) for
 native ids. The driver makes one RPC per actor per batch (the share's actions as one array per
 leaf, at most one request in flight per actor) and copies each reply's arrays into its own
-preallocated batch buffers; ``ExecutorVectorEnv`` owns the Gymnasium contract.
+preallocated batch buffers. ``RayTransport`` does that for ``fleet.ShareFleet`` (the
+Gymnasium contract, faults and first-ready batches); ``RayVectorEnv`` is the fleet over it.
 
 Faults: an actor that dies (process killed, node lost: ``RayActorError``, read by ``_death``,
 Ray's text chained as the cause) or stays silent past ``step_timeout`` is killed and reported as
@@ -45,7 +46,6 @@ from typing import Any
 import numpy as np
 from gymnasium.vector import AutoresetMode
 
-from envfleet.contract import RESET_NOW, on_episode_end
 from envfleet.executors.base import (
     DEFAULT_STEP_TIMEOUT,
     EnvWorkerError,
@@ -55,7 +55,6 @@ from envfleet.executors.base import (
 )
 from envfleet.executors.fleet import (
     MIN_START_TIMEOUT,
-    Share,
     ShareFleet,
     check_batch_size,
     check_count,
@@ -74,7 +73,8 @@ from envfleet.executors.runner import (
     output_names,
     process_identity,
 )
-from envfleet.executors.shared_memory import assign_rows, copy_row, take_rows
+from envfleet.executors.shared_memory import assign_rows, take_rows
+from envfleet.executors.transport import Share
 
 #: how long actors asked to close may take before they are killed
 CLOSE_GRACE = 2.0
@@ -298,6 +298,53 @@ def _check_room(ray: Any, workers: int, asks: dict[str, float], placement: Any) 
             f"({ask_less}), or add nodes with room")
 
 
+def _info_parts(a: Actor, infos: Infos, batched: dict[str, Any] | None,
+                which: str) -> InfoParts:
+    """An actor's infos as parts: its envs' own ``infos`` and, from a local engine, its
+    share's ``batched`` info (``which``: "info", or its "final_info")."""
+    parts = InfoParts([(None, infos)] if infos else [])
+    if batched:
+        tree = tree_of(batched.get("final_info", {}) if which == "final_info" else
+                       {k: v for k, v in batched.items()
+                        if k not in ("final_info", "_final_info")}, a.stop - a.start)
+        if tree:
+            parts.append((a.rows, tree))
+    return parts
+
+
+def _wait_for_room(placement: tuple | None, asks: dict[str, float], timeout: float,
+                   step_timeout: float) -> str | None:
+    """Wait up to ``timeout`` s for a live node with room for one actor asking ``asks``
+    (``placement``: the room check's node filter, None: not checked); None once there is one
+    (or where Ray does not say), else what the nodes have free."""
+    if placement is None:
+        return None
+    deadline = time.monotonic() + timeout
+    while True:
+        nodes = _free_per_node(placement[0])
+        if nodes is None or any(_room(n, asks) >= 1 for n in nodes.values()):
+            return None
+        if time.monotonic() >= deadline:
+            return (f"no live node had room for an actor asking {_amounts(asks)} within "
+                    f"step_timeout={step_timeout:g} s; free: {_nodes_text(nodes, asks)}")
+        time.sleep(0.1)
+
+
+def _actor_options(num_cpus: float, num_gpus: float, resources: dict[str, float] | None,
+                   placement: Any, runtime_env: dict[str, Any] | None) -> dict[str, Any]:
+    """Ray's options for every actor: what it asks, where it goes, its runtime env (never
+    restarted by Ray: a lost actor is the fleet's to restart)."""
+    options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus, "max_restarts": 0,
+                               "max_concurrency": 1}
+    if resources:
+        options["resources"] = dict(resources)
+    if placement is not None:
+        options["scheduling_strategy"] = placement
+    if runtime_env:
+        options["runtime_env"] = dict(runtime_env)
+    return options
+
+
 def _native_payload(native: NativeEnvs) -> tuple:
     """What an actor builds a native share from: the id, kwargs, episode limit and, for a
     family the user registered (``register_native_env``: only in the driver's registry), its
@@ -331,123 +378,96 @@ class RayShareRunner(ShareRunner):
         return ray.get_runtime_context().get_node_id()
 
 
-class RayVectorEnv(ShareFleet):
-    """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
-    engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids): the Ray
-    transport of ``ShareFleet`` (spawn, send, gather, kill, close)."""
+class RayTransport:
+    """The Ray transport of ``ShareFleet`` (``transport.Transport``): actors spawned, sent
+    work, gathered, killed, replaced and shut down (see the module doc)."""
 
-    backend = "ray"
     #: a lost actor is rebuilt in a call too (the call itself then fails)
     restart_phases = ("step", "reset", "call", "set_attr")
 
-    def __init__(self, envs: list[Callable[[], Any]] | NativeEnvs, *,
-                 autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
-                 seed: int | None = None, copy: bool = True,
-                 num_workers: int | None = None, envs_per_worker: int | None = None,
-                 address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
-                 resources: dict[str, float] | None = None, placement: Any = "SPREAD",
-                 runtime_env: dict[str, Any] | None = None, engine: str | None = None,
-                 engine_options: dict[str, Any] | None = None,
-                 step_timeout: float = DEFAULT_STEP_TIMEOUT, batch_size: int | None = None,
-                 restart_failed: bool = False) -> None:
-        native = envs if isinstance(envs, NativeEnvs) else None
-        num_envs = native.num_envs if native is not None else len(envs)
-        super().__init__(num_envs, autoreset_mode=autoreset_mode, seed=seed, copy=copy)
-        self._actors: list[Actor] = []
+    def __init__(self, envs: list[Callable[[], Any]] | NativeEnvs, engine: str,
+                 num_workers: int | None, envs_per_worker: int | None, address: str | None,
+                 num_cpus: float, num_gpus: float, resources: dict[str, float] | None,
+                 placement: Any, runtime_env: dict[str, Any] | None,
+                 engine_options: dict[str, Any] | None) -> None:
+        """Keep the (checked) options: ``start`` joins or starts Ray and spawns the actors."""
+        self.envs, self.engine, self.address = envs, engine, address
+        self.num_workers, self.envs_per_worker = num_workers, envs_per_worker
+        self.num_cpus, self.num_gpus, self.resources = num_cpus, num_gpus, resources
+        self.placement, self.runtime_env = placement, runtime_env
+        self._engine_options = dict(engine_options or {})
+        self.actors: list[Actor] = []
         #: during a restart: (what happened to the lost actor, the phase), for the error if the
         #: new one fails too
         self._restarting: tuple[str, str] | None = None
         self._owns_ray = [False]
-        self._finalizer = weakref.finalize(self, _shutdown, self._actors, self._owns_ray)
-        batch_size = check_batch_size(batch_size, num_envs)
-        engine = choose_engine(engine, native is not None, batch_size, num_envs)
-        check_timeout(step_timeout)
-        for name, value in (("engine_options", engine_options), ("runtime_env", runtime_env)):
-            if value is not None and not isinstance(value, dict):
-                raise TypeError(f"{name} must be a dict, got {value!r}")
-        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
-            if value is not None:
-                check_count(name, value)
-        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
-            check_number(name, value)
-        self.batch_size = batch_size
-        self.engine = engine
-        self.step_timeout = float(step_timeout)
-        self.restart_failed = bool(restart_failed)
+        self._finalizer: Any = None
+        self._refs: list[Any] = []  # the requests of the exchange under way
+
+    def start(self, fleet: RayVectorEnv) -> list[Actor]:
+        """Join the user's Ray or start a local one; spawn the actors (room checked first)."""
+        self.fleet = weakref.proxy(fleet)  # (the fleet owns its transport: no cycle)
+        self._finalizer = weakref.finalize(fleet, _shutdown, self.actors, self._owns_ray)
+        self.step_timeout = fleet.step_timeout
+        self.restart_failed = fleet.restart_failed
+        num_envs = fleet.num_envs
         ray = _import_ray()
         if not ray.is_initialized():  # (a Ray started here: close() shuts it down)
-            self._owns_ray[0] = _init_ray(ray, address)
-        try:
-            if num_workers is None:
-                if envs_per_worker is not None:
-                    num_workers = math.ceil(num_envs / envs_per_worker)
-                else:
-                    num_workers = _default_workers(ray, num_cpus)
-            self.num_workers = min(int(num_workers), num_envs)
-            actor_options: dict[str, Any] = {"num_cpus": num_cpus, "num_gpus": num_gpus,
-                                             "max_restarts": 0, "max_concurrency": 1}
-            if resources:
-                actor_options["resources"] = dict(resources)
-            if placement is not None:
-                actor_options["scheduling_strategy"] = placement
-            if runtime_env:
-                actor_options["runtime_env"] = dict(runtime_env)
-            self._actor_cls = ray.remote(RayShareRunner).options(**actor_options)
-            self._payloads = [_native_payload(native) if native is not None else envs[start:stop]
-                              for start, stop in split(num_envs, self.num_workers)]
-            self._engine_options = dict(engine_options or {})
-            self._asks = {k: float(v) for k, v in
-                          {"CPU": num_cpus, "GPU": num_gpus, **(resources or {})}.items() if v}
-            #: the room check's node filter (None: a placement group's bundles are reserved
-            #: apart, not checked)
-            self._placement = None if _in_placement_group(placement) else (placement,)
-            if self._placement is not None:
-                _check_room(ray, self.num_workers, self._asks, placement)
-            self._start()
-        except BaseException:
-            self._finalizer()
-            raise
-        self._refs: list[Any] = []  # the requests of the exchange under way
-        self._init_shares(self._actors)
+            self._owns_ray[0] = _init_ray(ray, self.address)
+        num_workers = self.num_workers
+        if num_workers is None:
+            if self.envs_per_worker is not None:
+                num_workers = math.ceil(num_envs / self.envs_per_worker)
+            else:
+                num_workers = _default_workers(ray, self.num_cpus)
+        self.num_workers = min(int(num_workers), num_envs)
+        self._actor_cls = ray.remote(RayShareRunner).options(**_actor_options(
+            self.num_cpus, self.num_gpus, self.resources, self.placement, self.runtime_env))
+        envs, native = self.envs, self.envs if isinstance(self.envs, NativeEnvs) else None
+        self._payloads = [_native_payload(native) if native is not None else envs[start:stop]
+                          for start, stop in split(num_envs, self.num_workers)]
+        self.envs = []
+        self._asks = {k: float(v) for k, v in {"CPU": self.num_cpus, "GPU": self.num_gpus,
+                                               **(self.resources or {})}.items() if v}
+        #: the room check's node filter (None: a placement group's bundles are reserved
+        #: apart, not checked)
+        self._placement = None if _in_placement_group(self.placement) else (self.placement,)
+        if self._placement is not None:
+            _check_room(ray, self.num_workers, self._asks, self.placement)
+        self._start()
+        return self.actors
+
+    def begin_batch(self) -> None:
+        """(Each exchange has its own requests: nothing to count.)"""
 
     # --- start-up ----------------------------------------------------------------------------
 
     def _spawn(self, a: Actor) -> Any:
         a.handle = self._actor_cls.remote(self.engine, self._payloads[a.index], a.start,
-                                          a.stop, self.autoreset_mode, self.restart_failed,
+                                          a.stop, self.fleet.autoreset_mode, self.restart_failed,
                                           self._engine_options)
         return a.handle.hello.remote()
 
     def _start(self) -> None:
-        shares = split(self.num_envs, self.num_workers)
-        self._actors.extend(Actor(w, start, stop) for w, (start, stop) in enumerate(shares))
-        refs = [self._spawn(a) for a in self._actors]
-        hellos = self._gather(self._actors, refs, "make",
+        shares = split(self.fleet.num_envs, self.num_workers)
+        self.actors.extend(Actor(w, start, stop) for w, (start, stop) in enumerate(shares))
+        refs = [self._spawn(a) for a in self.actors]
+        hellos = self._gather(self.actors, refs, "make",
                               max(self.step_timeout, MIN_START_TIMEOUT))
-        for a, hello in zip(self._actors, hellos, strict=True):
+        for a, hello in zip(self.actors, hellos, strict=True):
             a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
         (obs_space, act_space), (metadata, render_mode) = hellos[0][1], hellos[0][2]
-        for a, hello in zip(self._actors[1:], hellos[1:], strict=True):
+        for a, hello in zip(self.actors[1:], hellos[1:], strict=True):
             for what, theirs, mine in zip(("observation_space", "action_space"), hello[1],
                                           (obs_space, act_space), strict=True):
                 if theirs != mine:
                     raise spaces_mismatch(a.start, what, theirs, 0, mine)
-        layout = self._setup(obs_space, act_space, metadata, render_mode)
-        arrays = layout.local()
-        arrays["rewards"] = np.zeros(self.num_envs, hellos[0][3])
-        self._bind(arrays)
+        layout = self.fleet._setup(obs_space, act_space, metadata, render_mode)
+        arrays = self.arrays = layout.local()
+        arrays["rewards"] = np.zeros(self.fleet.num_envs, hellos[0][3])
+        self.fleet._bind(arrays)
         self._outputs = output_names(self.arrays)
         self._action_names = [k for k in self.arrays if k.split(".")[0] == "act"]
-
-    @property
-    def actor_nodes(self) -> list[str | None]:
-        """The Ray node id of each actor (in env order)."""
-        return [a.node for a in self._actors]
-
-    @property
-    def actor_pids(self) -> list[int | None]:
-        """The process id of each actor (on its node)."""
-        return [a.pid for a in self._actors]
 
     # --- talking to the actors ---------------------------------------------------------------
 
@@ -476,7 +496,7 @@ class RayVectorEnv(ShareFleet):
         replies = []
         for a, ref in zip(actors, refs, strict=True):
             if ref not in ready_set:
-                what = self._silence()
+                what = self.fleet.silence()
                 if phase == "make":  # (or Ray could not place it)
                     free = ray.available_resources()
                     what = (f"did not start within {timeout:g} s (each actor asks "
@@ -502,45 +522,30 @@ class RayVectorEnv(ShareFleet):
         first loss and the phase it happened in."""
         if self._restarting is not None:
             first, during = self._restarting
-            self._fatal(a, f"{first}, and could not be restarted (its new actor {what})",
+            self.fleet.fatal(a, f"{first}, and could not be restarted (its new actor {what})",
                         during, tb)
-        self._failed(a, what, phase, tb)
+        self.fleet.failed(a, what, phase, tb)
 
-    def _wait_for_room(self, timeout: float) -> str | None:
-        """Wait up to ``timeout`` s for a live node with room for one actor; None once there is
-        one (or where Ray does not say), else what the nodes have free."""
-        if self._placement is None:
-            return None
-        deadline = time.monotonic() + timeout
-        while True:
-            nodes = _free_per_node(self._placement[0])
-            if nodes is None or any(_room(n, self._asks) >= 1 for n in nodes.values()):
-                return None
-            if time.monotonic() >= deadline:
-                return (f"no live node had room for an actor asking {_amounts(self._asks)} "
-                        f"within step_timeout={self.step_timeout:g} s; free: "
-                        f"{_nodes_text(nodes, self._asks)}")
-            time.sleep(0.1)
-
-    def _stop(self, a: Actor) -> None:
+    def stop(self, a: Actor) -> None:
         _kill(a)
 
-    def _shutdown(self) -> None:
+    def shutdown(self) -> None:
         self._finalizer()
 
-    def _env_of(self, a: Actor, phase: str) -> int | None:
+    def env_of(self, a: Actor, phase: str) -> int | None:
         """An actor's one env, once it runs (while it is made, Ray may not have placed it)."""
-        return None if phase == "make" else super()._env_of(a, phase)
+        return None if phase == "make" or a.stop - a.start > 1 else a.start
 
-    def _restarted_where(self, a: Actor) -> str:
+    def restarted_where(self, a: Actor) -> str:
         return f" on node {a.node[:12]}"
 
-    def _replace(self, a: Actor, fresh: bool, what: str, phase: str) -> Infos:
+    def replace(self, a: Actor, fresh: bool, what: str, phase: str) -> Infos:
         """Build actor ``a`` again (any node with room, waited for up to ``step_timeout``);
         ``fresh``: its envs start under the autoreset rule (``ShareRunner.start_fresh``)."""
-        why = self._wait_for_room(self.step_timeout)
+        why = _wait_for_room(self._placement, self._asks, self.step_timeout,
+                             self.step_timeout)
         if why is not None:
-            self._fatal(a, f"{what}, and could not be restarted ({why})", phase)
+            self.fleet.fatal(a, f"{what}, and could not be restarted ({why})", phase)
         self._restarting = (what, phase)
         try:
             reply = self._gather([a], [self._spawn(a)], "make",
@@ -564,34 +569,35 @@ class RayVectorEnv(ShareFleet):
         if len(reply) == 1:  # (nothing was reset)
             return []
         self._write(a, reply[1], None, [k for k in self._outputs if k.split(".")[0] == "obs"])
-        return entries(self._info_parts(a, reply[2], reply[4], "info"))
+        return entries(_info_parts(a, reply[2], reply[4], "info"))
 
     # --- async restarts: the other actors' envs are handed out meanwhile ---------------------
 
-    def _restart_later(self, share: Share, what: str) -> bool:
+    def restart_later(self, share: Share, what: str) -> bool:
         """First-ready steps: a lost actor's restart does not hold back ``recv``
         (``_begin_restart``). Its new actor, silent for a ``step_timeout``, is waited for
         another while a node has room for it, up to the start timeout; else it is fatal."""
-        a = self._actors[share.index]
+        a = self.actors[share.index]
         if a.restart is None:
             self._begin_restart(a, what)
             return True
-        why = self._wait_for_room(0.0)
+        why = _wait_for_room(self._placement, self._asks, 0.0, self.step_timeout)
         if why is None and time.monotonic() < a.restart[2]:
-            self._heard[a.index] = min(time.monotonic(), a.restart[2] - self.step_timeout)
+            self.fleet.first_ready.heard[a.index] = min(time.monotonic(),
+                                                        a.restart[2] - self.step_timeout)
             return True
         why = why or f"its new actor did not start within " \
                      f"{max(self.step_timeout, MIN_START_TIMEOUT):g} s"
-        self._fatal(a, f"{a.restart[0]}, and could not be restarted ({why})", "step")
+        self.fleet.fatal(a, f"{a.restart[0]}, and could not be restarted ({why})", "step")
 
     def _begin_restart(self, a: Actor, what: str) -> None:
         """Start a new actor for lost ``a`` over new envs and return at once: its envs stay in
         flight until its ``start_fresh`` answer (``_end_restart``)."""
-        self._stop(a)
+        self.stop(a)
         deadline = time.monotonic() + max(self.step_timeout, MIN_START_TIMEOUT)
         a.restart = (what, self._spawn(a), deadline)
         a.ref, a.ids, a.queue = a.handle.start_fresh.remote(), None, []
-        self._heard[a.index] = time.monotonic()
+        self.fleet.first_ready.heard[a.index] = time.monotonic()
 
     def _end_restart(self, a: Actor, ref: Any) -> int:
         """The new actor of ``a`` answered: its envs' episodes end as truncated (``restart``),
@@ -603,26 +609,16 @@ class RayVectorEnv(ShareFleet):
         try:
             hello, reply = ray.get([hello_ref, ref])
         except RayActorError as error:
-            self._fatal(a, f"{what}, and could not be restarted (its new actor "
+            self.fleet.fatal(a, f"{what}, and could not be restarted (its new actor "
                            f"{_death(error)})", "step", _ray_text(error))
         for answer in (hello, reply):
             if answer[0] != "ok":
-                self._broken = f"{a.describe()}: its new envs failed after a restart"
-                self._shutdown()
+                self.fleet.break_down(f"{a.describe()}: its new envs failed after a restart")
                 _raise_error(answer)
         a.restart, a.queue = None, []  # (actions sent meanwhile were for the envs replaced)
         a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
-        rows, kept = a.rows, {}
-        if on_episode_end(self.autoreset_mode) == RESET_NOW:
-            copy_row(self._obs, self._final_obs, rows)
-            kept = {k: v[rows].copy() for k, v in self.arrays.items()
-                    if k.split(".")[0] == "final_obs"}
-        self._restart_infos += self._fresh(a, reply)
-        for k, value in kept.items():
-            self.arrays[k][rows] = value
-        message = self._blame(a, what, "step")[0].removesuffix(" during step()")
-        self._lost[a.index] = f"{message}; it was restarted{self._restarted_where(a)}"
-        return self._async_lost()
+        self.fleet.renew(a, what, "step", lambda: self._fresh(a, reply))
+        return self.fleet.first_ready.end_lost()
 
     def _write(self, a: Actor, outputs: dict[str, np.ndarray], mask: np.ndarray | None,
                names: list[str] | None = None) -> None:
@@ -637,26 +633,11 @@ class RayVectorEnv(ShareFleet):
             else:
                 assign_rows(rows, take_rows(value, mask), mask)
 
-    # --- executor hooks ------------------------------------------------------------------------
+    # --- the exchanges ------------------------------------------------------------------------
 
-    # --- ShareFleet's transport hooks -------------------------------------------------------
-
-    def _info_parts(self, a: Actor, infos: Infos, batched: dict[str, Any] | None,
-                    which: str) -> InfoParts:
-        """An actor's infos as parts: its envs' own ``infos`` and, from a local engine, its
-        share's ``batched`` info (``which``: "info", or its "final_info")."""
-        parts = InfoParts([(None, infos)] if infos else [])
-        if batched:
-            tree = tree_of(batched.get("final_info", {}) if which == "final_info" else
-                           {k: v for k, v in batched.items()
-                            if k not in ("final_info", "_final_info")}, a.stop - a.start)
-            if tree:
-                parts.append((a.rows, tree))
-        return parts
-
-    def _reset_shares(self, mask: np.ndarray | None, seeds: list[int | None] | None,
+    def reset(self, mask: np.ndarray | None, seeds: list[int | None] | None,
                       options: dict[str, Any] | None) -> InfoParts:
-        actors = [a for a in self._actors if mask is None or mask[a.start:a.stop].any()]
+        actors = [a for a in self.actors if mask is None or mask[a.start:a.stop].any()]
         refs = [a.handle.reset.remote(None if mask is None else mask[a.start:a.stop],
                                       None if seeds is None else seeds[a.start:a.stop],
                                       options) for a in actors]
@@ -666,65 +647,53 @@ class RayVectorEnv(ShareFleet):
             if reply is LOST:
                 continue
             self._write(a, reply[1], None if mask is None else mask[a.start:a.stop])
-            infos += self._info_parts(a, reply[2], reply[4], "info")
+            infos += _info_parts(a, reply[2], reply[4], "info")
         return infos
 
-    def _step_shares(self) -> tuple[InfoParts, InfoParts]:
+    def step(self) -> tuple[InfoParts, InfoParts]:
         refs = [a.handle.step.remote({k: self.arrays[k][a.start:a.stop]
-                                      for k in self._action_names}) for a in self._actors]
-        replies = self._gather(self._actors, refs, "step", self.step_timeout)
+                                      for k in self._action_names}) for a in self.actors]
+        replies = self._gather(self.actors, refs, "step", self.step_timeout)
         infos, finals = InfoParts(), InfoParts()
-        for a, reply in zip(self._actors, replies, strict=True):
+        for a, reply in zip(self.actors, replies, strict=True):
             if reply is LOST:
                 continue
             self._write(a, reply[1], None)
-            infos += self._info_parts(a, reply[2], reply[4], "info")
-            finals += self._info_parts(a, reply[3], reply[4], "final_info")
+            infos += _info_parts(a, reply[2], reply[4], "info")
+            finals += _info_parts(a, reply[3], reply[4], "final_info")
         return infos, finals
 
-    def call_at(self, env_indices: Any, name: str | Callable[..., Any], *args: Any,
-                **kwargs: Any) -> tuple[Any, ...]:
-        """As ``ExecutorVectorEnv.call_at``; native envs (one kernel per actor) have no per-env
-        attributes: only ``call("render")`` runs there."""
-        check_per_env(self.engine, name, args, kwargs)
-        return super().call_at(env_indices, name, *args, **kwargs)
-
-    def set_attr_at(self, env_indices: Any, name: str, values: Any) -> None:
-        """As ``ExecutorVectorEnv.set_attr_at`` (not for native envs: no per-env attributes)."""
-        check_per_env(self.engine, name, setting=True)
-        super().set_attr_at(env_indices, name, values)
-
-    def _call_shares(self, owners: dict[int, list[int]], name: Any, args: tuple,
+    def call(self, owners: dict[int, list[int]], name: Any, args: tuple,
                      kwargs: dict[str, Any]) -> dict[int, list[Any]]:
-        actors = [self._actors[index] for index in owners]
+        actors = [self.actors[index] for index in owners]
         refs = [a.handle.call.remote(owners[a.index], name, args, kwargs) for a in actors]
         replies = self._gather(actors, refs, "call", self.step_timeout)
         if any(reply is LOST for reply in replies):
-            raise EnvWorkerError(f"call({name!r}): {'; '.join(self._lost.values())}",
+            raise EnvWorkerError(f"call({name!r}): {'; '.join(self.fleet.lost.values())}",
                                  env_indices=self._lost_envs())
         return {a.index: reply[1] for a, reply in zip(actors, replies, strict=True)}
 
-    def _set_attr_shares(self, owners: dict[int, list[int]], name: str,
+    def set_attr(self, owners: dict[int, list[int]], name: str,
                          values: dict[int, list[Any]]) -> None:
-        actors = [self._actors[index] for index in owners]
+        actors = [self.actors[index] for index in owners]
         refs = [a.handle.set_attr.remote(owners[a.index], name, values[a.index])
                 for a in actors]
         replies = self._gather(actors, refs, "set_attr", self.step_timeout)
         if any(reply is LOST for reply in replies):
-            raise EnvWorkerError(f"set_attr({name!r}): {'; '.join(self._lost.values())}",
+            raise EnvWorkerError(f"set_attr({name!r}): {'; '.join(self.fleet.lost.values())}",
                                  env_indices=self._lost_envs())
 
     def _lost_envs(self) -> list[int]:
         """The envs of the actors lost (and restarted) in this exchange."""
-        return [i for index in sorted(self._lost)
-                for i in range(self._actors[index].start, self._actors[index].stop)]
+        return [i for index in sorted(self.fleet.lost)
+                for i in range(self.actors[index].start, self.actors[index].stop)]
 
-    def _resync(self) -> None:
+    def resync(self) -> None:
         """After an interrupted call: wait for the requests still under way (dropping their
         answers); an actor that does not answer within ``step_timeout`` failed."""
         import ray
 
-        busy = [a for a in self._actors if a.ref is not None]
+        busy = [a for a in self.actors if a.ref is not None]
         refs = self._refs + [a.ref for a in busy]
         self._refs = []
         for a in busy:
@@ -732,14 +701,14 @@ class RayVectorEnv(ShareFleet):
         if refs:
             _, waiting = ray.wait(refs, num_returns=len(refs), timeout=self.step_timeout)
             if waiting:
-                self._broken = "an actor did not answer within step_timeout after an interrupt"
-                self._finalizer()
-                raise EnvWorkerError(self._broken, env_indices=range(self.num_envs))
+                why = "an actor did not answer within step_timeout after an interrupt"
+                self.fleet.break_down(why)
+                raise EnvWorkerError(why, env_indices=range(self.fleet.num_envs))
 
-    # --- first-ready batches (``first_ready.FirstReady``'s transport hooks) ----------------
+    # --- first-ready batches (``first_ready.FirstReady``'s transport side) ------------------
 
-    def _drop_in_flight(self) -> None:
-        for a in self._actors:
+    def drop_in_flight(self) -> None:
+        for a in self.actors:
             if a.restart is not None:  # (a reset after an interrupt: the new actor answered)
                 self._started(a, a.restart[1])
             a.ref, a.ids, a.queue, a.restart = None, None, [], None
@@ -753,7 +722,7 @@ class RayVectorEnv(ShareFleet):
             if hello[0] == "ok":
                 a.pid, a.node, a.identity = hello[4], hello[5], hello[6]
 
-    def _hand(self, a: Actor, ids: np.ndarray) -> None:
+    def hand(self, a: Actor, ids: np.ndarray) -> None:
         """Queue actor ``a``'s envs ``ids``; an idle actor gets them at once (one request in
         flight per actor)."""
         a.queue.append((ids, {k: take_rows(self.arrays[k], ids) for k in self._action_names}))
@@ -767,10 +736,10 @@ class RayVectorEnv(ShareFleet):
         a.ref = a.handle.step_some.remote(a.ids, {
             k: np.concatenate([acts[k] for _, acts in parts]) for k in self._action_names})
 
-    def _take_reports(self, timeout: float, phase: str) -> int:
+    def take_reports(self, timeout: float, phase: str) -> int:
         import ray
 
-        busy = {a.ref: a for a in self._actors if a.ref is not None}
+        busy = {a.ref: a for a in self.actors if a.ref is not None}
         ready, _ = ray.wait(list(busy), num_returns=1, timeout=timeout, fetch_local=True)
         return sum(self._report(busy[ref], phase) for ref in ready)
 
@@ -787,19 +756,80 @@ class RayVectorEnv(ShareFleet):
             reply = ray.get(ref)
         except RayActorError as error:
             self._lost_actor(a, _death(error), phase, _ray_text(error))
-            return self._async_lost()
+            return self.fleet.first_ready.end_lost()
         if reply[0] != "ok":
-            self._arrived(ids.tolist(), ready=False)
+            self.fleet.first_ready.arrived(ids.tolist(), ready=False)
             if a.queue:
                 self._submit(a)
             _raise_error(reply)
         outputs, reports = reply[1], reply[2]
         for name in self._outputs:
             assign_rows(self.arrays[name], outputs[name], ids)
-        self._arrived(ids.tolist(), reports)
+        self.fleet.first_ready.arrived(ids.tolist(), reports)
         if a.queue:
             self._submit(a)
         return len(ids)
+
+
+class RayVectorEnv(ShareFleet):
+    """``num_envs`` envs on Ray actors, each owning a contiguous share stepped by a local
+    engine (``serial`` / ``pool`` for Gymnasium envs, ``numba`` for native ids), over
+    ``RayTransport``."""
+
+    backend = "ray"
+
+    def __init__(self, envs: list[Callable[[], Any]] | NativeEnvs, *,
+                 autoreset_mode: AutoresetMode = AutoresetMode.NEXT_STEP,
+                 seed: int | None = None, copy: bool = True,
+                 num_workers: int | None = None, envs_per_worker: int | None = None,
+                 address: str | None = None, num_cpus: float = 1, num_gpus: float = 0,
+                 resources: dict[str, float] | None = None, placement: Any = "SPREAD",
+                 runtime_env: dict[str, Any] | None = None, engine: str | None = None,
+                 engine_options: dict[str, Any] | None = None,
+                 step_timeout: float = DEFAULT_STEP_TIMEOUT, batch_size: int | None = None,
+                 restart_failed: bool = False) -> None:
+        native = envs if isinstance(envs, NativeEnvs) else None
+        num_envs = native.num_envs if native is not None else len(envs)
+        engine = choose_engine(engine, native is not None, check_batch_size(batch_size, num_envs),
+                               num_envs)
+        check_timeout(step_timeout)
+        for name, value in (("engine_options", engine_options), ("runtime_env", runtime_env)):
+            if value is not None and not isinstance(value, dict):
+                raise TypeError(f"{name} must be a dict, got {value!r}")
+        for name, value in (("num_workers", num_workers), ("envs_per_worker", envs_per_worker)):
+            if value is not None:
+                check_count(name, value)
+        for name, value in (("num_cpus", num_cpus), ("num_gpus", num_gpus)):
+            check_number(name, value)
+        self.engine = engine
+        self.transport: RayTransport = RayTransport(
+            envs, engine, num_workers, envs_per_worker, address, num_cpus, num_gpus, resources,
+            placement, runtime_env, engine_options)
+        super().__init__(self.transport, num_envs, autoreset_mode=autoreset_mode, seed=seed,
+                         copy=copy, step_timeout=step_timeout, restart_failed=restart_failed,
+                         batch_size=batch_size)
+
+    @property
+    def actor_nodes(self) -> list[str | None]:
+        """The Ray node id of each actor (in env order)."""
+        return [a.node for a in self.transport.actors]
+
+    @property
+    def actor_pids(self) -> list[int | None]:
+        """The process id of each actor (on its node)."""
+        return [a.pid for a in self.transport.actors]
+
+    def call_at(self, env_indices: Any, name: str | Callable[..., Any], *args: Any,
+                **kwargs: Any) -> tuple[Any, ...]:
+        """As ``ExecutorVectorEnv.call_at``; native envs (one kernel per actor) have no per-env
+        attributes: only ``call("render")`` runs there."""
+        check_per_env(self.engine, name, args, kwargs)
+        return super().call_at(env_indices, name, *args, **kwargs)
+
+    def set_attr_at(self, env_indices: Any, name: str, values: Any) -> None:
+        """As ``ExecutorVectorEnv.set_attr_at`` (not for native envs: no per-env attributes)."""
+        check_per_env(self.engine, name, setting=True)
+        super().set_attr_at(env_indices, name, values)
 
 
 #: what a node that cannot import the envs' code needs, for the error of an actor that could

@@ -2,8 +2,9 @@
 
 The classic design (Gymnasium's ``AsyncVectorEnv``, SB3's ``SubprocVecEnv``): kept as the
 baseline the ``pool`` is measured against, and for envs that must each have their own process.
-Start-up, timeouts and closing are the pool's (``executors.processes``), faults the core's
-(``executors.fleet``); ``PipeBatch`` sends every buffer's rows through the pipes.
+``PipeTransport`` sends every buffer's rows through the workers' pipes; start-up, timeouts and
+closing are the process transport's (``executors.processes``), faults and first-ready batches
+the fleet's (``executors.fleet``).
 """
 
 from __future__ import annotations
@@ -11,55 +12,62 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
 from gymnasium.vector import AutoresetMode
 
 from envfleet.executors.base import DEFAULT_STEP_TIMEOUT
-from envfleet.executors.processes import ProcessVectorEnv, Worker
+from envfleet.executors.fleet import ShareFleet
+from envfleet.executors.infos import InfoParts
+from envfleet.executors.processes import ProcessTransport, Worker
 from envfleet.executors.shared_memory import BufferLayout
 
 
-class PipeBatch:
-    """The batch hooks of a ``ProcessVectorEnv`` whose buffers all travel through the
-    workers' pipes: each worker keeps its own rows, the parent its own batch."""
+class PipeTransport(ProcessTransport):
+    """Worker processes whose buffers all travel through their pipes: each worker keeps its
+    own rows, the parent its own batch."""
 
     def _open_sync(self, ctx: Any) -> None:
-        """Before the workers start: what they share with the parent besides their pipes."""
+        """(The pipes are all the workers share with the parent.)"""
 
-    def _make_buffers(self, layout: BufferLayout) -> None:
-        """The parent's batch buffers (here its own: the workers' rows come by pipe)."""
-        self._bind(layout.local())
+    def _make_buffers(self, layout: BufferLayout) -> dict[str, np.ndarray]:
+        return layout.local()  # (the parent's own: the workers' rows come by pipe)
 
     def _started(self) -> None:
-        """Every worker has its buffers."""
+        """(Nothing more to watch than the workers' pipes.)"""
 
     def _buffers_of(self, w: Worker) -> tuple[BufferLayout, str | None, int]:
-        """(Layout, shared segment or None, first row) of worker ``w``'s buffers."""
         rows = w.stop - w.start
         return BufferLayout.of({name: ((rows, *a.shape[1:]), a.dtype.str)
                                 for name, a in self.arrays.items()}), None, 0
 
     def _piped_names(self) -> list[str]:
-        """The buffers whose rows travel through the workers' pipes."""
         return list(self.arrays)
 
+    def begin_batch(self) -> None:
+        """(Every worker answers on its own pipe: no batch is counted.)"""
+
     def _expect(self, count: int) -> None:
-        """``count`` workers take part in this batch."""
+        """(Every worker answers on its own pipe: nothing is counted.)"""
 
     def _forget(self, w: Worker) -> None:
-        """Lost ``w`` is out of the batch under way."""
+        """(Nothing of a lost worker is shared.)"""
 
     def _wait(self, workers: list[Worker], phase: str) -> list[bytes]:
-        """The workers' results of this batch."""
         return self._gather(workers, phase, self.step_timeout)
 
     def _segment_part(self, w: Worker, reply: bytes) -> tuple[slice, dict] | None:
-        """Worker ``w``'s step infos held outside its reply, as a part (None: none)."""
         return None
 
+    def step(self) -> tuple[InfoParts, InfoParts]:
+        """Each worker gets its rows of the actions, answers with its rows of the outputs."""
+        for w in self.workers:
+            self._send_step(w)
+        return self._exchange(self.workers, "step")
 
-class SubprocessVectorEnv(PipeBatch, ProcessVectorEnv):
+
+class SubprocessVectorEnv(ShareFleet):
     """``num_envs`` Gymnasium envs, each in its own process, talking through pipes; with
-    ``batch_size < num_envs``, first-ready ``send`` / ``recv`` as on the pool (the core's)."""
+    ``batch_size < num_envs``, first-ready ``send`` / ``recv`` as on the pool (the fleet's)."""
 
     backend = "subprocess"
 
@@ -69,6 +77,7 @@ class SubprocessVectorEnv(PipeBatch, ProcessVectorEnv):
                  step_timeout: float = DEFAULT_STEP_TIMEOUT,
                  start_method: str | None = None, restart_failed: bool = False,
                  batch_size: int | None = None) -> None:
-        super().__init__(factories, len(factories), autoreset_mode=autoreset_mode, seed=seed,
-                         copy=copy, step_timeout=step_timeout, start_method=start_method,
-                         restart_failed=restart_failed, batch_size=batch_size)
+        transport = PipeTransport(factories, len(factories), start_method=start_method)
+        super().__init__(transport, len(factories), autoreset_mode=autoreset_mode, seed=seed,
+                         copy=copy, step_timeout=step_timeout, restart_failed=restart_failed,
+                         batch_size=batch_size)

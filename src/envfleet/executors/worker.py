@@ -47,6 +47,7 @@ import select
 import signal
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 import cloudpickle
@@ -339,9 +340,7 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
             os.sched_setaffinity(0, {core})
     threading.Thread(target=_watch_parent, args=(parent_pid,), daemon=True).start()
     envs: list[Any] = []
-    shared: SharedBuffers | None = None
-    group: EnvGroup | None = None
-    publisher: InfoPublisher | None = None
+    served: ServedShare | None = None
     try:
         try:
             factories = cloudpickle.loads(payload)
@@ -361,147 +360,210 @@ def worker_main(conn: Any, payload: bytes, first: int, slot: int, parent_pid: in
         message = conn.recv_bytes()
         if message[:1] != LAYOUT:
             return
-        layout, segment, mode, row0, restart, fresh = pickle.loads(message[1:])
-        layout: BufferLayout
-        if segment is not None:
-            shared = SharedBuffers.attach(layout, segment)
-            arrays = shared.arrays
-            current = arrays["current"]
-        else:
-            arrays = layout.local()
-            current = None
-        group = EnvGroup(envs, first, row0, mode, env.observation_space, env.action_space,
-                         arrays, current, slot, factories if restart else None)
-        share = slice(row0, row0 + len(envs))  # this worker's rows of the buffers
-        outputs = _piped_outputs(arrays, layout.objects if shared is not None else list(arrays),
-                                 share)
-        # a worker started again in place of a lost one: its envs are new and start under the
-        # autoreset rule (see fleet.py); reset now (SAME_STEP), their rows go to the parent
-        count = len(envs)
-        try:
-            given = group.start_fresh() if fresh else []
-        except EnvFailure as failure:
-            conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
-            return
-        conn.send_bytes(_info_reply(_batched(given, count, first), None, outputs, given, first)
-                        if fresh and group.rule == RESET_NOW else OK)
-        counter = arrays["sync"] if shared is not None else None
-        finished = arrays["finished"] if shared is not None else None
-        publisher = InfoPublisher(count, arrays["infostate"], arrays["infonames"], slot) \
-            if shared is not None else None
-        queue: collections.deque[int] = collections.deque()  # async: envs to step, in order
-        waiter = CommandWaiter(conn, int(spin_us * 1000) if counter is not None else 0)
-        while True:
-            if queue and not conn.poll():
-                # async: step the oldest queued env and report it at once, so that the parent
-                # can hand it out without waiting for this worker's other envs
-                env_id = queue.popleft()
-                try:
-                    info, final = group.step_one(env_id - first)
-                    values = None if outputs is None else {
-                        k: v[env_id - first] for k, v in outputs.items()}
-                    if info or final or values:
-                        try:
-                            report = DONE_INFO + pickle.dumps(
-                                (env_id, info, final, values), protocol=pickle.HIGHEST_PROTOCOL)
-                        except Exception as error:
-                            raise EnvFailure(env_id, "step", TypeError(
-                                f"its info could not be sent to the parent: {error}")) from error
-                    else:
-                        report = DONE + env_id.to_bytes(8, "little", signed=True)
-                except EnvFailure as failure:
-                    report = ERROR + pickle.dumps(failure.as_tuple())
-                conn.send_bytes(report)
-                continue
-            message = waiter.wait()
-            command = message[:1]
-            if command == SEND:
-                queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
-                continue
-            if command == SEND_VALUES:
-                ids, values = pickle.loads(message[1:])
-                for name, column in values.items():
-                    for e, value in zip(ids, column, strict=True):
-                        arrays[name][e - first + row0] = value
-                queue.extend(ids)
-                continue
-            if command == SYNC:
-                queue.clear()
-                conn.send_bytes(SYNCED + message[1:])
-                continue
-            reply = OK
-            try:
-                if command == STEP:
-                    if len(message) > 1:  # actions that come through the pipe (all of them
-                        for name, value in pickle.loads(message[1:]).items():  # with the pipe
-                            arrays[name][share] = value  # transport; object leaves)
-                    infos, finals = group.step()
-                elif command == RESET:
-                    mask, seeds, options = pickle.loads(message[1:])
-                    infos, finals = group.reset(mask, seeds, options), []
-                elif command == CALL:
-                    local, name, args, kwargs = cloudpickle.loads(message[1:])
-                    results = group.call(local, name, args, kwargs)
-                    try:
-                        reply = RESULT + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
-                    except Exception as error:
-                        raise EnvFailure(first, "call", TypeError(
-                            f"the result of {name!r} could not be sent to the parent: "
-                            f"{error}")) from error
-                    infos = finals = []
-                elif command == SET_ATTR:
-                    local, name, values = cloudpickle.loads(message[1:])
-                    group.set_attr(local, name, values)
-                    infos = finals = []
-                elif command == CLOSE:
-                    return
-                else:
-                    raise RuntimeError(f"unknown command {command!r}")
-                if command == STEP and publisher is not None and infos \
-                        and publisher.fill(infos):  # (the infos are in the segment)
-                    if finals or outputs is not None:
-                        reply = _info_reply(None, _batched(finals, count, first), outputs,
-                                            finals, first)
-                elif command in (STEP, RESET):
-                    tree = _batched(infos, count, first)
-                    if publisher is not None:
-                        if command == STEP and publisher.publish(tree):
-                            tree = None  # (in shared memory)
-                        elif command == RESET:
-                            publisher.clear()
-                    if tree is not None or finals or outputs is not None:
-                        reply = _info_reply(tree, _batched(finals, count, first), outputs,
-                                            infos + finals, first)
-            except EnvFailure as failure:
-                reply = ERROR + pickle.dumps(failure.as_tuple())
-            if counter is None or command in (CALL, SET_ATTR):  # (one reply each, no batch)
-                conn.send_bytes(reply)
-                continue
-            # shared memory: a message only when there is something to say; the last worker
-            # to finish wakes the parent (one wake-up per batch, however many workers)
-            if reply != OK:
-                conn.send_bytes(reply)
-            with lock:
-                counter[0] += 1
-                # (a restart must not count this worker out twice; the parent reads the pipes
-                # of the workers that sent something)
-                finished[slot] = FINISHED if reply == OK else FINISHED_SENT
-                last = counter[0] == counter[1]
-                batch = int(counter[2])
-            if last:
-                done.send_bytes(batch.to_bytes(8, "little"))
-            waiter.idle()
+        served = ServedShare(conn, envs, factories, first, slot, pickle.loads(message[1:]),
+                             lock, done, spin_us)
+        envs = []  # (the group closes them now)
+        if served.start():
+            served.serve()
     except (EOFError, OSError, KeyboardInterrupt):
         pass  # the parent is gone or closed the pipe
     finally:
-        if group is not None:
-            group.close()
-        else:
-            for env in envs:
-                with contextlib.suppress(Exception):
-                    env.close()
-        if shared is not None:
-            if publisher is not None:
-                publisher.close()
-            del group, arrays, current, publisher
-            shared.close()
+        if served is not None:
+            served.close()
+        for env in envs:
+            with contextlib.suppress(Exception):
+                env.close()
+
+
+class ServedShare:
+    """A worker's share as it serves the parent: its ``EnvGroup`` over the batch buffers,
+    and one small function per command (``COMMANDS``)."""
+
+    def __init__(self, conn: Any, envs: list[Any], factories: list[Any], first: int,
+                 slot: int, start: tuple, lock: Any, done: Any, spin_us: float) -> None:
+        layout, segment, mode, row0, restart, self.fresh = start
+        layout: BufferLayout
+        self.conn, self.first, self.slot, self.row0 = conn, first, slot, row0
+        self.lock, self.done = lock, done
+        self.shared = None if segment is None else SharedBuffers.attach(layout, segment)
+        arrays = self.arrays = layout.local() if self.shared is None else self.shared.arrays
+        env = envs[0]
+        self.group = EnvGroup(envs, first, row0, mode, env.observation_space,
+                              env.action_space, arrays,
+                              None if self.shared is None else arrays["current"], slot,
+                              factories if restart else None)
+        self.count = len(envs)
+        self.rows = slice(row0, row0 + self.count)  # this worker's rows of the buffers
+        self.outputs = _piped_outputs(
+            arrays, list(arrays) if self.shared is None else layout.objects, self.rows)
+        shared = self.shared is not None
+        self.counter = arrays["sync"] if shared else None
+        self.finished = arrays["finished"] if shared else None
+        self.publisher = InfoPublisher(self.count, arrays["infostate"], arrays["infonames"],
+                                       slot) if shared else None
+        self.queue: collections.deque[int] = collections.deque()  # async: envs to step
+        self.waiter = CommandWaiter(conn, int(spin_us * 1000) if shared else 0)
+
+    def start(self) -> bool:
+        """Answer the layout: ``b"k"``, or, for a worker started in place of a lost one, the
+        reset its envs start with under the autoreset rule (see fleet.py); False if it
+        failed (the error sent)."""
+        try:
+            given = self.group.start_fresh() if self.fresh else []
+        except EnvFailure as failure:
+            self.conn.send_bytes(ERROR + pickle.dumps(failure.as_tuple()))
+            return False
+        self.conn.send_bytes(self._info_reply(given, []) if self.fresh
+                             and self.group.rule == RESET_NOW else OK)
+        return True
+
+    def serve(self) -> None:
+        """Serve commands until ``b"c"``: between commands, async envs queued by ``send``
+        are stepped one at a time, each reported at once."""
+        conn, queue = self.conn, self.queue
+        while True:
+            if queue and not conn.poll():
+                conn.send_bytes(self._step_queued(queue.popleft()))
+                continue
+            message = self.waiter.wait()
+            command = message[:1]
+            if command == CLOSE:
+                return
+            handler = COMMANDS.get(command)
+            if handler is None:
+                raise RuntimeError(f"unknown command {command!r}")
+            try:
+                reply = handler(self, message)
+            except EnvFailure as failure:
+                reply = ERROR + pickle.dumps(failure.as_tuple())
+            if command in BATCH_COMMANDS and self.counter is not None:
+                self._finish_batch(reply)
+            elif reply is not None:
+                conn.send_bytes(reply)
+
+    # --- the commands ----------------------------------------------------------------------
+
+    def step(self, message: bytes) -> bytes:
+        """Step every env (actions in the buffers, or piped after the command byte)."""
+        if len(message) > 1:  # actions that come through the pipe (all of them with the pipe
+            for name, value in pickle.loads(message[1:]).items():  # transport; object leaves)
+                self.arrays[name][self.rows] = value
+        infos, finals = self.group.step()
+        publisher = self.publisher
+        if publisher is not None and infos and publisher.fill(infos):  # (in the segment)
+            if finals or self.outputs is not None:
+                return self._info_reply([], finals, tree=None)
+            return OK
+        tree = _batched(infos, self.count, self.first)
+        if publisher is not None and publisher.publish(tree):
+            tree = None  # (in shared memory)
+        if tree is not None or finals or self.outputs is not None:
+            return self._info_reply(infos, finals, tree=tree)
+        return OK
+
+    def reset(self, message: bytes) -> bytes:
+        """Reset the masked envs with their seeds and options."""
+        mask, seeds, options = pickle.loads(message[1:])
+        infos = self.group.reset(mask, seeds, options)
+        if self.publisher is not None:
+            self.publisher.clear()
+        if infos or self.outputs is not None:
+            return self._info_reply(infos, [])
+        return OK
+
+    def call(self, message: bytes) -> bytes:
+        """Call (or get) an attribute of the envs at these local rows."""
+        local, name, args, kwargs = cloudpickle.loads(message[1:])
+        results = self.group.call(local, name, args, kwargs)
+        try:
+            return RESULT + pickle.dumps(results, protocol=pickle.HIGHEST_PROTOCOL)
+        except Exception as error:
+            raise EnvFailure(self.first, "call", TypeError(
+                f"the result of {name!r} could not be sent to the parent: {error}")) from error
+
+    def set_attr(self, message: bytes) -> bytes:
+        """Set an attribute of the envs at these local rows."""
+        local, name, values = cloudpickle.loads(message[1:])
+        self.group.set_attr(local, name, values)
+        return OK
+
+    def send(self, message: bytes) -> None:
+        """Async: queue these envs (int64 global ids) to step."""
+        self.queue.extend(np.frombuffer(message, dtype="<i8", offset=1).tolist())
+
+    def send_values(self, message: bytes) -> None:
+        """Async, with object-leaf actions: store them, queue their envs."""
+        ids, values = pickle.loads(message[1:])
+        for name, column in values.items():
+            for e, value in zip(ids, column, strict=True):
+                self.arrays[name][e - self.first + self.row0] = value
+        self.queue.extend(ids)
+
+    def sync(self, message: bytes) -> bytes:
+        """After the parent was interrupted: drop the async queue, echo the token."""
+        self.queue.clear()
+        return SYNCED + message[1:]
+
+    # --- helpers --------------------------------------------------------------------------
+
+    def _step_queued(self, env_id: int) -> bytes:
+        """Async: step queued env ``env_id`` alone; its report (it has written its row)."""
+        local = env_id - self.first
+        try:
+            info, final = self.group.step_one(local)
+            values = None if self.outputs is None else {
+                k: v[local] for k, v in self.outputs.items()}
+            if not (info or final or values):
+                return DONE + env_id.to_bytes(8, "little", signed=True)
+            try:
+                return DONE_INFO + pickle.dumps((env_id, info, final, values),
+                                                protocol=pickle.HIGHEST_PROTOCOL)
+            except Exception as error:
+                raise EnvFailure(env_id, "step", TypeError(
+                    f"its info could not be sent to the parent: {error}")) from error
+        except EnvFailure as failure:
+            return ERROR + pickle.dumps(failure.as_tuple())
+
+    def _info_reply(self, infos: list, finals: list, tree: Any = ...) -> bytes:
+        """``_info_reply`` over this share: ``infos`` batched unless ``tree`` is given."""
+        if tree is ...:
+            tree = _batched(infos, self.count, self.first)
+        return _info_reply(tree, _batched(finals, self.count, self.first), self.outputs,
+                           infos + finals, self.first)
+
+    def _finish_batch(self, reply: bytes) -> None:
+        """Shared memory: a message only when there is something to say; the last worker to
+        finish wakes the parent (one wake-up per batch, however many workers)."""
+        if reply != OK:
+            self.conn.send_bytes(reply)
+        counter = self.counter
+        with self.lock:
+            counter[0] += 1
+            # (a restart must not count this worker out twice; the parent reads the pipes of
+            # the workers that sent something)
+            self.finished[self.slot] = FINISHED if reply == OK else FINISHED_SENT
+            last = counter[0] == counter[1]
+            batch = int(counter[2])
+        if last:
+            self.done.send_bytes(batch.to_bytes(8, "little"))
+        self.waiter.idle()
+
+    def close(self) -> None:
+        """Close the envs and unmap the shared buffers."""
+        self.group.close()
+        if self.shared is not None:
+            if self.publisher is not None:
+                self.publisher.close()
+            self.group = self.publisher = self.arrays = self.counter = self.finished = None
+            self.shared.close()
+
+
+#: the worker's command table: command byte -> the function serving it (its reply, or None:
+#: nothing to send); ``b"c"`` (close) ends the loop
+COMMANDS: dict[bytes, Callable[[ServedShare, bytes], bytes | None]] = {
+    STEP: ServedShare.step, RESET: ServedShare.reset, CALL: ServedShare.call,
+    SET_ATTR: ServedShare.set_attr, SEND: ServedShare.send,
+    SEND_VALUES: ServedShare.send_values, SYNC: ServedShare.sync,
+}
+#: the commands of a batch: with shared memory, answered through the batch counter
+BATCH_COMMANDS = frozenset((STEP, RESET))
