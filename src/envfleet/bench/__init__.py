@@ -6,11 +6,12 @@
 - ``runner``: the command's options, the sweep and its progress display;
 - ``chess``: Chess-v0's peers, perft and report sections (imported here: it registers its
   peers into ``baselines`` and its series into ``measure``'s worker);
-- ``atari``: the ``ALE/<Game>-v5`` peers and reference stack (imported here: it registers
-  them into ``baselines``).
+- ``engines``: the engine families' bench (``ALE/<Game>-v5``, MuJoCo's ``<Id>-v5``): their
+  peers, floors and Atari's reference stack (imported here: it registers them into
+  ``baselines``).
 """
 
-from envfleet.bench import atari, chess  # noqa: F401 - register their peers (see above)
+from envfleet.bench import chess, engines  # noqa: F401 - register their peers (see above)
 from envfleet.bench.baselines import BASELINES
 from envfleet.bench.measure import PointSpec, measure, run_point
 
