@@ -98,7 +98,8 @@ def _is_mujoco(env_id: str) -> bool:
 FRAME_SKIP, STACK = 4, 4
 STICKY = 0.25
 
-#: an Atari env holds ~7 MB and loads its ROM in ~0.1 s; a MuJoCo env ~0.1-0.5 MiB
+#: the default sweeps: an Atari env holds ~7 MB and loads its ROM in ~0.1 s; a MuJoCo env
+#: touches well under 1 MiB (docs/MUJOCO.md#speed-per-family)
 ATARI = EngineFamily(
     "atari", "ALE/<Game>-v5", _is_atari,
     (("ale_py", "ale-py"), ("cv2", "opencv-python-headless")),
@@ -118,6 +119,8 @@ def family_of(env_id: str) -> EngineFamily | None:
 
 
 # --- Atari's peers ------------------------------------------------------------------------------
+
+
 @functools.cache
 def atari_ids() -> frozenset[str]:
     """The ``ALE/<Game>-v5`` ids of the installed ROMs (empty without ale-py)."""
