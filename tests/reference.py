@@ -1,6 +1,11 @@
-"""Helpers that compare a native env with Gymnasium's own env, step by step (state transplant)."""
+"""Helpers that compare an envfleet env with Gymnasium's own env, step by step: native families
+by state transplant, the engines (Atari, MuJoCo) by stepping one reference env per index in lock
+step with the batch (``lockstep_batch``)."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
 
 import gymnasium as gym
 import numpy as np
@@ -106,3 +111,71 @@ def check_transplant(env, steps: int, policy, reference_state, seed: int = 0,
             counts["truncated"] += int(rtr)
         fresh = pending.copy()  # a reset step (NEXT_STEP) starts an episode
     return counts
+
+
+def lockstep_batch(env: Any, refs: list[gym.Env], steps: int, *, seed: int,
+                   autoreset_mode: str, draw_actions: Callable[[], np.ndarray],
+                   to_single: Callable[[Any], Any] = lambda action: action,
+                   same_info: Callable[[dict, dict, int, str], None] | None = None,
+                   step_check: Callable[[dict, gym.Env, int, str], None] | None = None) -> int:
+    """Step the batch ``env`` and ``refs`` (env i's reference, reset with ``seed + i``) with
+    the same actions (``draw_actions()`` a batch, ``to_single`` one env's share as the
+    reference takes it), asserting equal observations, rewards and flags at every step;
+    ``final_obs`` in SAME_STEP (zeros, unmasked, for the envs that did not end); DISABLED
+    resets the ended envs with a mask. ``same_info(info, expected, i, where)`` compares info
+    entries at resets, steps and final infos; ``step_check(info, ref, i, where)`` checks each
+    step further. Closes every env; returns how many episodes ended."""
+    num_envs = len(refs)
+    try:
+        obs, info = env.reset()
+        for i, ref in enumerate(refs):
+            expected, expected_info = ref.reset(seed=seed + i)
+            np.testing.assert_array_equal(obs[i], expected, err_msg=f"reset, env {i}")
+            if same_info:
+                same_info(info, expected_info, i, f"reset, env {i}")
+        pending = np.zeros(num_envs, bool)
+        ended = 0
+        for t in range(steps):
+            actions = draw_actions()
+            obs, rewards, terminated, truncated, info = env.step(actions)
+            done = np.zeros(num_envs, bool)
+            for i, ref in enumerate(refs):
+                where = f"step {t}, env {i}"
+                if pending[i]:
+                    expected, expected_info = ref.reset()
+                    r, te, tr = 0.0, False, False
+                    pending[i] = False
+                else:
+                    expected, r, te, tr, expected_info = ref.step(to_single(actions[i]))
+                assert (rewards[i], terminated[i], truncated[i]) == (r, te, tr), where
+                if (te or tr) and autoreset_mode == "SameStep":
+                    assert info["_final_obs"][i], where
+                    np.testing.assert_array_equal(info["final_obs"][i], expected,
+                                                  err_msg=f"final obs, {where}")
+                    if same_info:
+                        same_info(info["final_info"], expected_info, i, f"final info, {where}")
+                    expected, expected_info = ref.reset()
+                elif te or tr:
+                    pending[i] = autoreset_mode == "NextStep"
+                    done[i] = True
+                elif autoreset_mode == "SameStep" and "final_obs" in info:
+                    assert not info["_final_obs"][i] and not info["final_obs"][i].any(), where
+                np.testing.assert_array_equal(obs[i], expected, err_msg=where)
+                if same_info:
+                    same_info(info, expected_info, i, where)
+                if step_check:
+                    step_check(info, ref, i, where)
+                ended += bool(te or tr)
+            if autoreset_mode == "Disabled" and done.any():
+                obs, info = env.reset(options={"reset_mask": done})
+                for i in np.flatnonzero(done):
+                    expected, expected_info = refs[i].reset()
+                    np.testing.assert_array_equal(obs[i], expected,
+                                                  err_msg=f"masked reset after step {t}, env {i}")
+                    if same_info:
+                        same_info(info, expected_info, i, f"masked reset, env {i}")
+        return ended
+    finally:
+        env.close()
+        for ref in refs:
+            ref.close()

@@ -5,69 +5,54 @@ Breakout, standard preprocessing where the path has it: envfleet's Atari engine,
 ``SyncVectorEnv`` (1 thread) / ``AsyncVectorEnv`` (2 workers); and two floors: ale-py's
 ``ALEInterface`` driven from Python (4 x ``act`` + one grayscale read per agent step) and the
 same calls from a compiled loop (numba, ALE's C++ entry points: the emulator's own cost).
-Each round runs every contender for ``--seconds`` in turn; the median over rounds is printed,
-with the CPU time per env-step of all the process's threads (on a loaded machine, the steadier
-figure: wall-clock shares there follow the scheduler, e.g. numba's ``omp`` threading layer
-spinning at its barriers; compare ``NUMBA_THREADING_LAYER=workqueue``).
+Alternating rounds in one process (``alternating.py``): the median steps/s over rounds is
+printed, with the CPU time per env-step of all the process's threads (on a loaded machine, the
+steadier figure: wall-clock shares there follow the scheduler, e.g. numba's ``omp`` threading
+layer spinning at its barriers; compare ``NUMBA_THREADING_LAYER=workqueue``).
 
-    .venv/bin/python scripts/atari_ratios.py --num-envs 16 --threads 1,2 --rounds 5
+    .venv/bin/python -m benchmarks.scripts.atari_ratios --num-envs 16 --threads 1,2 --rounds 5
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
+import functools
 
 import numpy as np
+from benchmarks.scripts.alternating import Stepper, build, cycling, machine_line, time_rounds
 
 
-def ours(n: int, threads: int | None) -> Callable[[], None]:
+def _actions(n: int, count: int = 4) -> np.ndarray:
+    """64 batches of random actions (Breakout's minimal set: 4)."""
+    return np.random.default_rng(0).integers(count, size=(64, n))
+
+
+def ours(n: int, threads: int | None) -> Stepper:
     import envfleet
 
     env = envfleet.make("ALE/Breakout-v5", n, seed=0, num_threads=threads, copy=False)
     env.reset()
-    rng = np.random.default_rng(0)
-    actions = rng.integers(4, size=(64, n))
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(n))
 
 
-def envpool_(n: int, threads: int) -> Callable[[], None]:
+def envpool_(n: int, threads: int) -> Stepper:
     import envpool
 
     env = envpool.make("Breakout-v5", env_type="gymnasium", num_envs=n, num_threads=threads,
                        seed=0)
     env.reset()
-    actions = np.random.default_rng(0).integers(4, size=(64, n))
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(n))
 
 
-def ale_vector(n: int, threads: int) -> Callable[[], None]:
+def ale_vector(n: int, threads: int) -> Stepper:
     from ale_py.vector_env import AtariVectorEnv
 
     env = AtariVectorEnv("breakout", n, num_threads=threads, repeat_action_probability=0.25)
     env.reset(seed=0)
-    actions = np.random.default_rng(0).integers(4, size=(64, n))
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(n))
 
 
-def gymnasium_stack(n: int, threads: int) -> Callable[[], None]:
+def gymnasium_stack(n: int, threads: int) -> Stepper:
     import ale_py
     import gymnasium as gym
 
@@ -79,22 +64,16 @@ def gymnasium_stack(n: int, threads: int) -> Callable[[], None]:
     cls = gym.vector.SyncVectorEnv if threads == 1 else gym.vector.AsyncVectorEnv
     env = cls([one] * n)
     env.reset(seed=0)
-    actions = np.random.default_rng(0).integers(4, size=(64, n))
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(n))
 
 
 def _emulators(n: int) -> list:
-    from envfleet.bench.atari import emulators
+    from envfleet.bench.engines import emulators
 
     return emulators("breakout", n)
 
 
-def ale_python(n: int, threads: int) -> Callable[[], None]:
+def ale_python(n: int, threads: int) -> Stepper:
     ales = _emulators(n)
     acts = ales[0].getMinimalActionSet()
     frame = np.empty((210, 160), np.uint8)
@@ -112,21 +91,15 @@ def ale_python(n: int, threads: int) -> Callable[[], None]:
     return step
 
 
-def ale_compiled(n: int, threads: int) -> Callable[[], None]:
-    """The bench's floor (``envfleet.bench.atari.AleFloor``): the same loop as ale-floor."""
-    from envfleet.bench.atari import AleFloor
+def ale_compiled(n: int, threads: int) -> Stepper:
+    """The bench's floor (``envfleet.bench.engines.AleFloor``): the same loop as ale-floor."""
+    from envfleet.bench.engines import AleFloor
 
     floor = AleFloor("breakout", n, 0, threads)
-    actions = np.random.default_rng(0).integers(floor.codes.size, size=(64, n))
-    k = [0]
-
-    def step() -> None:
-        floor.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(floor.step, _actions(n, floor.codes.size))
 
 
-def ours_adaptive(n: int, threads: int) -> Callable[[], None]:
+def ours_adaptive(n: int, threads: int) -> Stepper:
     """envfleet with its default threads (every usable core, or one when that is faster)."""
     return ours(n, None)
 
@@ -148,36 +121,22 @@ def main() -> None:
     names = args.only.split(",")
     n = args.num_envs
     for threads in map(int, args.threads.split(",")):
-        steppers = {}
-        for name in names:
-            if ((threads > 1 and name in SINGLE_THREAD_ONLY)
-                    or (threads == 1 and name == "envfleet default")):  # (default: all cores)
-                continue
-            try:
-                steppers[name] = CONTENDERS[name](n, threads)
-                steppers[name]()  # compile / warm up
-            except Exception as error:  # a peer that is not installed: skipped, said
-                print(f"  {name}: skipped ({type(error).__name__}: {error})")
-        rates: dict[str, list[float]] = {name: [] for name in steppers}
-        cpu: dict[str, list[float]] = {name: [] for name in steppers}
-        for _ in range(args.rounds):
-            for name, step in steppers.items():
-                count, start, cpu0 = 0, time.perf_counter(), time.process_time()
-                while (elapsed := time.perf_counter() - start) < args.seconds:
-                    step()
-                    count += 1
-                rates[name].append(count * n / elapsed)
-                cpu[name].append((time.process_time() - cpu0) / (count * n) * 1e6)
-        base = statistics.median(rates["envfleet"]) if "envfleet" in rates else None
-        base_cpu = statistics.median(cpu["envfleet"]) if "envfleet" in cpu else None
+        makers = {name: functools.partial(CONTENDERS[name], n, threads) for name in names
+                  if not ((threads > 1 and name in SINGLE_THREAD_ONLY)
+                          or (threads == 1 and name == "envfleet default"))}  # (all cores)
+        steppers = build(makers)
+        timings = time_rounds(steppers, n, args.rounds, args.seconds)
+        rates = {name: t.steps_per_s for name, t in timings.items()}
+        cpu = {name: t.cpu_us_per_step for name, t in timings.items()}
+        base, base_cpu = rates.get("envfleet"), cpu.get("envfleet")
         import numba
 
         layer = numba.threading_layer() if "envfleet" in steppers else "?"
         print(f"threads={threads}, num_envs={n}, numba layer {layer} (medians of "
-              f"{args.rounds} rounds): steps/s, "
+              f"{args.rounds} rounds; {machine_line()}): steps/s, "
               f"envfleet's steps/s / its; CPU us per env-step (all threads), its / envfleet's")
-        for name, values in rates.items():
-            median, work = statistics.median(values), statistics.median(cpu[name])
+        for name, median in rates.items():
+            work = cpu[name]
             ratio = f"{base / median:5.2f}x" if base else ""
             work_ratio = f"{work / base_cpu:5.2f}x" if base_cpu else ""
             print(f"  {name:18s} {median:7.0f}/s {ratio}   {work:6.0f} us CPU {work_ratio}")

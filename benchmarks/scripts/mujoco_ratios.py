@@ -1,70 +1,64 @@
 """Rough per-env-step cost of MuJoCo paths, alternating in one process (ratios, not times).
 
-One v5 id (HalfCheetah by default): envfleet's MuJoCo engine; two floors: the same model's
-``mj_step`` x frame_skip (+ ``mj_rnePostConstraint``) per env from a compiled loop over the
-envs (numba ``prange``, the C API, no observation or reward: the simulator's own cost), and
-``mujoco.mj_step(m, d, nstep=frame_skip)`` from a Python loop; Gymnasium's env in a
-``SyncVectorEnv``; EnvPool's ``<Id>`` with ``num_threads`` threads (its own MuJoCo build, v4
-ids). Each round runs every contender for ``--seconds`` in turn; the median over rounds is
-printed, with the process's CPU time per env-step.
+v5 ids (HalfCheetah by default; ``--env all``: every id the engine runs): envfleet's MuJoCo
+engine; two floors: the same model's ctrl = action, ``mj_step`` x frame_skip and
+``mj_rnePostConstraint`` per env from a compiled loop over the envs (numba ``prange``, the C
+API, no observation, reward or reset: the simulator's own cost; the bench's ``mujoco-floor``,
+``envfleet.bench.engines.MujocoFloor``), and ``mujoco.mj_step(m, d, nstep=frame_skip)`` from a
+Python loop; Gymnasium's env in a ``SyncVectorEnv``; EnvPool's ``<Id>-v5`` with
+``num_threads`` threads (its own MuJoCo build). Alternating rounds in one process
+(``alternating.py``): the median steps/s over rounds is printed, with the process's CPU time
+per env-step. ``--table``: one Markdown row per id and num_envs (envfleet against the floor and
+EnvPool, the episodes ended per 1,000 env-steps, memory per env).
 
-    .venv/bin/python scripts/mujoco_ratios.py --env HalfCheetah-v5 --num-envs 16 --threads 1,2
+    .venv/bin/python -m benchmarks.scripts.mujoco_ratios --env HalfCheetah-v5 --num-envs 16 --threads 1,2
+    python -m benchmarks.scripts.mujoco_ratios --env all --num-envs 16,32,64 --threads 2 \\
+        --only envfleet,floor,envpool --table
 """
 
 from __future__ import annotations
 
 import argparse
-import statistics
-import time
-from collections.abc import Callable
+import functools
+from typing import Any
 
 import numpy as np
+from benchmarks.scripts.alternating import Stepper, build, cycling, machine_line, time_rounds
 
 
-def _actions(n: int, dims: int) -> np.ndarray:
-    return np.random.default_rng(0).uniform(-1, 1, (64, n, dims)).astype(np.float32)
+def _actions(space: Any, n: int) -> np.ndarray:
+    """64 batches of ``n`` uniform random actions within one env's action ``space``."""
+    rng = np.random.default_rng(0)
+    return rng.uniform(space.low, space.high, (64, n, *space.shape)).astype(np.float32)
 
 
-def ours(env_id: str, n: int, threads: int) -> Callable[[], None]:
+def ours(env_id: str, n: int, threads: int) -> Stepper:
+    """envfleet's engine on ``threads`` threads; the stepper keeps the env (``.env``) and
+    counts the episodes that ended (``.ended``) and the env-steps (``.steps``)."""
     import envfleet
 
     env = envfleet.make(env_id, n, seed=0, num_threads=threads, copy=False)
     env.reset()
-    actions = _actions(n, env.single_action_space.shape[0])
-    k = [0]
 
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    def step(actions: np.ndarray) -> None:
+        _, _, terminated, truncated, _ = env.step(actions)
+        stepper.ended += int(np.count_nonzero(terminated | truncated))
+        stepper.steps += n
 
-
-def compiled_floor(env_id: str, n: int, threads: int) -> Callable[[], None]:
-    import numba
-
-    import envfleet
-
-    env = envfleet.make(env_id, n, seed=0, num_threads=threads)
-    env.reset()
-    mj, model = env._functions, env.model._address
-    datas, skip = env._datas, env.frame_skip
-    step_, rne = mj.step, mj.rne_post_constraint
-
-    @numba.njit(nogil=True, parallel=True)
-    def loop(model: int, datas: np.ndarray, skip: int) -> None:
-        for i in numba.prange(datas.size):
-            for _ in range(skip):
-                step_(model, datas[i])
-            rne(model, datas[i])
-
-    def step() -> None:
-        numba.set_num_threads(threads)
-        loop(model, datas, skip)
-    step.keep = env  # the MjData the addresses point into
-    return step
+    stepper = cycling(step, _actions(env.single_action_space, n))
+    stepper.env, stepper.ended, stepper.steps = env, 0, 0
+    return stepper
 
 
-def python_floor(env_id: str, n: int, threads: int) -> Callable[[], None]:
+def compiled_floor(env_id: str, n: int, threads: int) -> Stepper:
+    from envfleet.bench.engines import MujocoFloor
+
+    floor = MujocoFloor(env_id, n, 0, threads)
+    floor.reset()
+    return cycling(floor.step, _actions(floor.env.single_action_space, n))
+
+
+def python_floor(env_id: str, n: int, threads: int) -> Stepper:
     import gymnasium as gym
     import mujoco
 
@@ -78,77 +72,100 @@ def python_floor(env_id: str, n: int, threads: int) -> Callable[[], None]:
     return step
 
 
-def gymnasium_sync(env_id: str, n: int, threads: int) -> Callable[[], None]:
+def gymnasium_sync(env_id: str, n: int, threads: int) -> Stepper:
     import gymnasium as gym
 
     env = gym.vector.SyncVectorEnv([lambda: gym.make(env_id)] * n)
     env.reset(seed=0)
-    actions = _actions(n, env.single_action_space.shape[0])
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(env.single_action_space, n))
 
 
-def envpool_(env_id: str, n: int, threads: int) -> Callable[[], None]:
+def envpool_(env_id: str, n: int, threads: int) -> Stepper:
     import envpool
 
-    env = envpool.make(env_id.replace("-v5", "-v4"), env_type="gymnasium", num_envs=n,
-                       num_threads=threads, seed=0)
+    env = envpool.make(env_id, env_type="gymnasium", num_envs=n, num_threads=threads, seed=0)
     env.reset()
-    actions = _actions(n, env.action_space.shape[0])
-    k = [0]
-
-    def step() -> None:
-        env.step(actions[k[0] % 64])
-        k[0] += 1
-    return step
+    return cycling(env.step, _actions(env.action_space, n))
 
 
-CONTENDERS = {"envfleet": ours, "floor (compiled mj_step)": compiled_floor,
-              "mj_step from Python": python_floor, "gymnasium sync": gymnasium_sync,
-              "envpool": envpool_}
+CONTENDERS = {"envfleet": ours, "floor": compiled_floor, "mj_step from Python": python_floor,
+              "gymnasium sync": gymnasium_sync, "envpool": envpool_}
 SINGLE_THREAD_ONLY = {"mj_step from Python", "gymnasium sync"}
+
+
+def memory_per_env(env: Any) -> tuple[int, int, int]:
+    """Bytes per env: ``MjData``'s buffer + the arena's peak use so far, its buffer + the
+    arena reserved (touched lazily), and the engine's own arrays (observations, rewards, flags,
+    info rows, addresses: every array it allocates, divided by num_envs)."""
+    datas = env.datas
+    buffer = datas[0].nbuffer
+    used = buffer + max(d.maxuse_arena for d in datas)
+    reserved = buffer + datas[0].narena
+    arrays = [v for v in vars(env).values() if isinstance(v, np.ndarray)]
+    arrays += [env.info["tendon_length"], env.info["tendon_velocity"]]
+    own = sum(a.nbytes for a in arrays if a.base is None) // env.num_envs
+    return used, reserved, own
+
+
+def _ids(text: str) -> list[str]:
+    if text != "all":
+        return text.split(",")
+    from envfleet.mujoco.vector_env import FAMILIES
+
+    return list(FAMILIES)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--env", default="HalfCheetah-v5")
-    parser.add_argument("--num-envs", type=int, default=16)
-    parser.add_argument("--threads", default="1,2")
+    parser.add_argument("--env", default="HalfCheetah-v5", help="comma list of v5 ids, or all")
+    parser.add_argument("--num-envs", default="16", help="comma list")
+    parser.add_argument("--threads", default="1,2", help="comma list")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--seconds", type=float, default=1.0)
+    parser.add_argument("--only", default=",".join(CONTENDERS))
+    parser.add_argument("--table", action="store_true",
+                        help="also print one Markdown row per id and num_envs")
     args = parser.parse_args()
-    n = args.num_envs
-    for threads in map(int, args.threads.split(",")):
-        steppers = {}
-        for name, make in CONTENDERS.items():
-            if threads > 1 and name in SINGLE_THREAD_ONLY:
-                continue
-            try:
-                steppers[name] = make(args.env, n, threads)
-                steppers[name]()  # compile / warm up
-            except Exception as error:  # a peer that is not installed: skipped, said
-                print(f"  {name}: skipped ({type(error).__name__}: {error})")
-        rates: dict[str, list[float]] = {name: [] for name in steppers}
-        cpu: dict[str, list[float]] = {name: [] for name in steppers}
-        for _ in range(args.rounds):
-            for name, step in steppers.items():
-                count, start, cpu0 = 0, time.perf_counter(), time.process_time()
-                while (elapsed := time.perf_counter() - start) < args.seconds:
-                    step()
-                    count += 1
-                rates[name].append(count * n / elapsed)
-                cpu[name].append((time.process_time() - cpu0) / (count * n) * 1e6)
-        base = statistics.median(rates["envfleet"])
-        print(f"{args.env}, {n} envs, {threads} thread(s): median env-steps/s "
-              f"(ratio to envfleet), CPU µs per env-step")
-        for name in steppers:
-            rate = statistics.median(rates[name])
-            print(f"  {name:26s} {rate:10.0f}  ({rate / base:4.2f}x)  "
-                  f"{statistics.median(cpu[name]):7.1f} µs")
+    names = args.only.split(",")
+    rows = []
+    print(machine_line())
+    for env_id in _ids(args.env):
+        for n in map(int, args.num_envs.split(",")):
+            for threads in map(int, args.threads.split(",")):
+                steppers = build({name: functools.partial(CONTENDERS[name], env_id, n, threads)
+                                  for name in names
+                                  if not (threads > 1 and name in SINGLE_THREAD_ONLY)})
+                timings = time_rounds(steppers, n, args.rounds, args.seconds)
+                base = timings.get("envfleet")
+                print(f"{env_id}, {n} envs, {threads} thread(s): median env-steps/s "
+                      f"(ratio to envfleet), CPU µs per env-step ({machine_line()})")
+                for name, t in timings.items():
+                    ratio = f"({t.steps_per_s / base.steps_per_s:4.2f}x)" if base else ""
+                    print(f"  {name:22s} {t.steps_per_s:10.0f}  {ratio}  "
+                          f"{t.cpu_us_per_step:7.1f} µs")
+                if base and args.table:
+                    rows.append(_row(env_id, n, threads, timings, steppers["envfleet"]))
+    if rows:
+        print(f"\n{machine_line()}; medians of {args.rounds} rounds of {args.seconds:g} s\n")
+        print("| id | num_envs | threads | envfleet steps/s | × floor | × floor, CPU/step | "
+              "× EnvPool | episodes ended / 1k steps | MjData KiB (touched / reserved) | "
+              "engine arrays B |")
+        print("|:---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+        print("\n".join(rows))
+
+
+def _row(env_id: str, n: int, threads: int, timings: dict[str, Any], ours_: Any) -> str:
+    """A ``--table`` row: envfleet's steps/s and its ratios (wall clock and CPU per env-step
+    against the floor, wall clock against EnvPool), its episode ends, memory per env."""
+    mine, floor, pool = timings["envfleet"], timings.get("floor"), timings.get("envpool")
+    used, reserved, own = memory_per_env(ours_.env)
+    cells = [env_id, f"{n}", f"{threads}", f"{mine.steps_per_s:,.0f}",
+             f"{mine.steps_per_s / floor.steps_per_s:.2f}x" if floor else "–",
+             f"{floor.cpu_us_per_step / mine.cpu_us_per_step:.2f}x" if floor else "–",
+             f"{mine.steps_per_s / pool.steps_per_s:.2f}x" if pool else "–",
+             f"{1000 * ours_.ended / max(ours_.steps, 1):.1f}",
+             f"{used / 1024:,.0f} / {reserved / 1024:,.0f}", f"{own:,}"]
+    return "| " + " | ".join(cells) + " |"
 
 
 if __name__ == "__main__":

@@ -15,8 +15,8 @@ import pytest
 pytest.importorskip("ale_py")
 pytest.importorskip("cv2")
 
-from envfleet.bench import atari
 from envfleet.bench.baselines import BASELINES
+from envfleet.bench.engines import ATARI, AleFloor
 from envfleet.bench.runner import choose_backends, comparisons, plan, study_name
 
 BREAKOUT = "ALE/Breakout-v5"
@@ -46,7 +46,7 @@ def test_tiny_atari_bench_writes_the_series_and_files(tmp_path):
 
 def test_atari_defaults_and_missing_peers_are_noted(monkeypatch):
     chosen, notes = choose_backends(None, BREAKOUT, native=False)
-    expected = [b for b in (atari.ATARI, *atari.PEERS)
+    expected = [b for b in (ATARI.name, *ATARI.peers)
                 if not any(n.startswith(f"{b}:") for n in notes)]
     assert chosen == expected and chosen[0] == "atari"
     assert not {"serial", "subprocess", "pool", "numba"} & set(chosen)  # raw envs: asked for
@@ -128,7 +128,7 @@ def test_envpool_gets_the_same_preprocessing():
 
 
 def test_the_floor_steps_every_emulator():
-    floor = atari.AleFloor("breakout", 2, 0, num_threads=1)
+    floor = AleFloor("breakout", 2, 0, num_threads=1)
     before = [ale.getEpisodeFrameNumber() for ale in floor.ales]
     frames = floor.step(np.zeros(2, np.int64))
     after = [ale.getEpisodeFrameNumber() for ale in floor.ales]

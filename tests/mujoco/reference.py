@@ -14,6 +14,7 @@ import gymnasium as gym
 
 import envfleet
 from envfleet.mujoco import MujocoVectorEnv
+from tests.reference import lockstep_batch
 
 
 def _same_info(info: dict[str, Any], expected: dict[str, Any], i: int, where: str) -> None:
@@ -28,10 +29,11 @@ def lockstep(env_id: str, num_envs: int, steps: int, *, seed: int = 3,
              dtype: Any = np.float32, **kwargs: Any) -> int:
     """Step ``envfleet.make(env_id, num_envs, seed=seed, **kwargs)`` and one
     ``gym.make(env_id, **kwargs)`` per index with the same uniform random actions (``scale``
-    times the action bounds: above 1, out of range), asserting equal observations, rewards,
-    flags and info entries at every step (``final_obs``/``final_info`` in SAME_STEP; DISABLED
-    resets the ended envs with a mask). ``model_params``: reference env i's model fields set
-    to row i. Returns how many episodes ended."""
+    times the action bounds: above 1, out of range; ``tests.reference.lockstep_batch``),
+    asserting equal observations, rewards, flags and info entries at every step
+    (``final_obs``/``final_info`` in SAME_STEP; DISABLED resets the ended envs with a mask).
+    ``model_params``: reference env i's model fields set to row i. Returns how many episodes
+    ended."""
     model_params = kwargs.pop("model_params", None)
     env = envfleet.make(env_id, num_envs, seed=seed, autoreset_mode=autoreset_mode,
                         model_params=model_params, **kwargs)
@@ -42,51 +44,10 @@ def lockstep(env_id: str, num_envs: int, steps: int, *, seed: int = 3,
             model = ref.unwrapped.model
             target = model.opt if name.startswith("opt.") else model
             getattr(target, name.removeprefix("opt."))[...] = values[i]
-    try:
-        obs, info = env.reset()
-        for i, ref in enumerate(refs):
-            expected, expected_info = ref.reset(seed=seed + i)
-            np.testing.assert_array_equal(obs[i], expected, err_msg=f"reset, env {i}")
-            _same_info(info, expected_info, i, f"reset, env {i}")
-        rng = np.random.default_rng(action_seed)
-        space = env.single_action_space
-        pending = np.zeros(num_envs, bool)
-        ended = 0
-        for t in range(steps):
-            actions = (scale * rng.uniform(space.low, space.high,
-                                           (num_envs, *space.shape))).astype(dtype)
-            obs, rewards, terminated, truncated, info = env.step(actions)
-            done = np.zeros(num_envs, bool)
-            for i, ref in enumerate(refs):
-                where = f"step {t}, env {i}"
-                if pending[i]:
-                    expected, expected_info = ref.reset()
-                    r, te, tr = 0.0, False, False
-                    pending[i] = False
-                else:
-                    expected, r, te, tr, expected_info = ref.step(actions[i])
-                assert (rewards[i], terminated[i], truncated[i]) == (r, te, tr), where
-                if (te or tr) and autoreset_mode == "SameStep":
-                    assert info["_final_obs"][i], where
-                    np.testing.assert_array_equal(info["final_obs"][i], expected,
-                                                  err_msg=f"final obs, {where}")
-                    _same_info(info["final_info"], expected_info, i, f"final info, {where}")
-                    expected, expected_info = ref.reset()
-                elif te or tr:
-                    pending[i] = autoreset_mode == "NextStep"
-                    done[i] = True
-                np.testing.assert_array_equal(obs[i], expected, err_msg=where)
-                _same_info(info, expected_info, i, where)
-                ended += bool(te or tr)
-            if autoreset_mode == "Disabled" and done.any():
-                obs, info = env.reset(options={"reset_mask": done})
-                for i in np.flatnonzero(done):
-                    expected, expected_info = refs[i].reset()
-                    np.testing.assert_array_equal(obs[i], expected,
-                                                  err_msg=f"masked reset after step {t}, env {i}")
-                    _same_info(info, expected_info, i, f"masked reset, env {i}")
-        return ended
-    finally:
-        env.close()
-        for ref in refs:
-            ref.close()
+    rng = np.random.default_rng(action_seed)
+    space = env.single_action_space
+    return lockstep_batch(
+        env, refs, steps, seed=seed, autoreset_mode=autoreset_mode,
+        draw_actions=lambda: (scale * rng.uniform(space.low, space.high,
+                                                  (num_envs, *space.shape))).astype(dtype),
+        same_info=_same_info)

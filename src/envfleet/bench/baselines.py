@@ -127,7 +127,7 @@ class BaselineEnv:
 
 
 #: namespace -> the function that builds one env of an id's reference stack, where the id's
-#: peers play a preprocessed env (``ALE``: ``bench/atari``'s ``reference_env``); other ids:
+#: peers play a preprocessed env (``ALE``: ``bench/engines``' ``reference_env``); other ids:
 #: ``gymnasium.make(id)``
 REFERENCE_STACKS: dict[str, Callable[[str], gymnasium.Env]] = {}
 #: namespace -> (EnvPool's id of an id, the options giving it the same preprocessing)

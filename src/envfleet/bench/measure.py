@@ -58,8 +58,9 @@ NATIVE_BACKENDS = tuple(sorted(backends.NATIVE_BACKENDS, key=lambda b: b == "cud
 #: ``ray`` runs a native id with the native kernel in each actor
 EXECUTOR_BACKENDS = tuple(backends.EXECUTOR_BACKENDS)
 #: envfleet's engines that ``envfleet.make``'s default backend picks for their own ids
-#: (``atari``: ``ALE/<Game>-v5``, ``bench/atari``), measured as a native backend is
-ENGINE_BACKENDS = ("atari",)
+#: (``atari``: ``ALE/<Game>-v5``; ``mujoco``: MuJoCo's ``<Id>-v5``; ``bench/engines``),
+#: measured as a native backend is
+ENGINE_BACKENDS = ("atari", "mujoco")
 #: the object store of the local Ray instance a ray point starts (bytes)
 RAY_OBJECT_STORE = 256 * 2**20
 
@@ -189,6 +190,8 @@ def _import_for(backend: str) -> None:
         import envfleet  # noqa: F401
     if backend in ("atari", "ale-vector", "ale-floor"):
         import ale_py  # noqa: F401
+    if backend in ("mujoco", "mujoco-floor"):
+        import mujoco  # noqa: F401
     if backend in ("torch", "cuda", "sb3-dummy", "sb3-subproc"):
         import torch  # noqa: F401
     if backend.startswith("sb3-"):

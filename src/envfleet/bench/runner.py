@@ -11,10 +11,10 @@ Executors can be asked for on a native id too (they run the Gymnasium env of the
 runs the native kernel in each actor). ``ray`` is measured only when asked for (each point
 starts a local Ray instance of its own).
 
-``ALE/<Game>-v5`` is measured on envfleet's Atari engine (``atari``, at its default threads and
-at each ``--threads`` count asked for) next to EnvPool, ale-py's vector env, Gymnasium's and
-SB3's vector envs of the reference wrapper stack and the emulator's floor (``bench/atari``), at
-num_envs 8 to 64 by default.
+An engine's id (``ALE/<Game>-v5``, MuJoCo's ``<Id>-v5``) is measured on envfleet's engine
+(``atari``, ``mujoco``: at its default threads and at each ``--threads`` count asked for) next
+to its peers (EnvPool, Gymnasium's and SB3's vector envs of the same env, ...) and the
+simulator's floor (``bench/engines``), at num_envs 8 or 16 to 64 by default.
 
 An id with a registered ``GameBench`` (the repository's ``benchmarks/chess`` registers
 Chess-v0's: ``python -m benchmarks --env Chess-v0``) is measured next to its own peers instead,
@@ -46,7 +46,7 @@ from rich.progress import (
     TimeElapsedColumn,
 )
 
-from envfleet.bench import atari
+from envfleet.bench import engines
 from envfleet.bench.baselines import (
     BASELINES,
     EXECUTOR_RIVALS,
@@ -107,8 +107,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--backends", type=names,
         help=f"comma list of backends and baselines: {', '.join(all_backends())} (default, "
              f"native id: its native backends and {', '.join(NATIVE_DEFAULT)}; an id with "
-             "peers of its own (python -m benchmarks --env Chess-v0): them; ALE/<Game>-v5: "
-             f"{atari.ATARI} and {', '.join(atari.PEERS)}; other ids: "
+             "peers of its own (python -m benchmarks --env Chess-v0): them; "
+             + "".join(f"{f.ids}: {f.name} and {', '.join(f.peers)}; "
+                       for f in engines.FAMILIES.values())
+             + "other ids: "
              f"{', '.join(DEFAULT_EXECUTORS)} and every baseline but envpool and pufferlib; "
              "each only if it can run here, cuda not under the CUDA simulator; ray only when "
              "asked for)")
@@ -116,8 +118,10 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         "--num-envs", type=ints, metavar="N,N,...",
         help="comma list of batch sizes (default, native id: "
              f"{','.join(map(str, DEFAULT_NUM_ENVS))}; an id with peers of its own: "
-             "theirs; ALE/<Game>-v5: "
-             f"{','.join(map(str, atari.DEFAULT_NUM_ENVS))}; other ids: "
+             "theirs; "
+             + "".join(f"{f.ids}: {','.join(map(str, f.default_num_envs))}; "
+                       for f in engines.FAMILIES.values())
+             + "other ids: "
              f"{','.join(map(str, DEFAULT_EXECUTOR_NUM_ENVS))})")
     parser.add_argument("--num-workers", type=ints, metavar="W,W,...",
                         help="comma list of pool worker counts to sweep "
@@ -127,8 +131,9 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
                              "python -m benchmarks --study: the study's own, per repeat)")
     parser.add_argument("--threads", type=ints, metavar="T,T,...",
                         help="comma list of numba thread counts to sweep (default: the "
-                             "usable cores; ALE/<Game>-v5: the atari series at its default "
-                             "threads, and at each count given here)")
+                             "usable cores; an engine's id (ALE/<Game>-v5, MuJoCo's <Id>-v5): "
+                             "its engine's series at its default threads, and at each count "
+                             "given here)")
     parser.add_argument("--out", type=Path, default=Path("bench-results"),
                         help="folder for bench-<env>-<kind>.jsonl, .md and .png, <kind> saying "
                              "what was measured (native, executors, baselines, +threads-sweep, "
@@ -251,7 +256,7 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
         if name in BASELINES:
             return BASELINES[name].status(reference_id)
         if name in ENGINE_BACKENDS:
-            return atari.engine_status(reference_id)
+            return engines.FAMILIES[name].status(reference_id)
         if name in NATIVE_BACKENDS and not native:
             return (f"native backends run envfleet's native envs ({', '.join(NATIVE_ENVS)}); "
                     f"{reference_id!r} runs on the executors ({', '.join(EXECUTOR_BACKENDS)})")
@@ -284,8 +289,9 @@ def choose_backends(requested: list[str] | None, reference_id: str, native: bool
 
     chosen, notes = [], []
     available = envfleet.available_backends()
-    if atari.is_atari(reference_id):
-        default = (atari.ATARI, *atari.PEERS)
+    engine = engines.family_of(reference_id)
+    if engine is not None:
+        default = (engine.name, *engine.peers)
     elif not native:
         default = (*DEFAULT_EXECUTORS, *(b for b in BASELINES if BASELINES[b].plays is None
                                           and BASELINES[b].executor_default))
@@ -391,15 +397,16 @@ def study_name(env_id: str, backends: list[str], threads: list[int],
     """``bench-<env>-<kind>``: the stem of a run's files, different for different studies.
 
     ``kind`` names the series measured (``native`` backends, ``executors``, else ``baselines``
-    alone) and the sweeps (``threads-sweep``: several numba thread counts; ``workers-sweep``:
+    alone; an engine's run, its engine: ``atari``, ``mujoco``, the executors then among its
+    peers) and the sweeps (``threads-sweep``: several numba thread counts; ``workers-sweep``:
     several pool worker counts), so e.g. the default CartPole run and a pool study written to
     the same folder keep their own files; the same study run again replaces its own.
     """
-    families = (("native", NATIVE_BACKENDS), ("atari", ENGINE_BACKENDS),
-                ("executors", EXECUTOR_BACKENDS))
-    kinds = [kind for kind, names in families
-             if any(b in names for b in backends)] or ["baselines"]
-    if ("numba" in backends or "atari" in backends) and len(threads) > 1:
+    engine = next((b for b in backends if b in ENGINE_BACKENDS), None)
+    families = (("native", NATIVE_BACKENDS), ("executors", EXECUTOR_BACKENDS))
+    kinds = [engine] if engine else [kind for kind, names in families
+                                     if any(b in names for b in backends)] or ["baselines"]
+    if ("numba" in backends or engine) and len(threads) > 1:
         kinds.append("threads-sweep")
     if "pool" in backends and num_workers and len(num_workers) > 1:
         kinds.append("workers-sweep")
@@ -576,7 +583,8 @@ def plan_sweep(args: argparse.Namespace) -> Sweep:
         raise CommandError("--num-workers sweeps the pool backend, which is not measured")
     num_envs = args.num_envs or list(
         game.num_envs if game else DEFAULT_NUM_ENVS if target.native
-        else atari.DEFAULT_NUM_ENVS if atari.is_atari(env_id) else DEFAULT_EXECUTOR_NUM_ENVS)
+        else engine.default_num_envs if (engine := engines.family_of(env_id))
+        else DEFAULT_EXECUTOR_NUM_ENVS)
     if args.baseline_max_envs is None:
         args.baseline_max_envs = default_baseline_max_envs(env_id)
     threads = args.threads or [_default_threads()]

@@ -5,7 +5,7 @@ observation, reward, termination and info entries from the env's ``mjData`` arra
 (``locomotion_step``: HalfCheetah, Hopper, Walker2d, Swimmer, Ant; ``arm_step``: the
 pendulums, Reacher, Pusher; ``humanoid_step``: Humanoid, HumanoidStandup).
 
-Each env's arrays are read in place through their addresses (``_f64_at``): the ``mjData``
+Each env's arrays are read in place through their addresses (``f64_at``): the ``mjData``
 buffers MuJoCo's Python objects own, never copied. Per env and step only tiny scratch arrays
 (Ant's clipped contact forces, Humanoid's centres of mass) are allocated.
 """
@@ -90,7 +90,7 @@ def mujoco_functions() -> MujocoFunctions:
 
 
 @intrinsic
-def _f64_at(typingctx: Any, address: Any) -> Any:
+def f64_at(typingctx: Any, address: Any) -> Any:
     """The ``float64*`` at an integer address (an ``mjData`` array's ``ctypes.data``)."""
     pointer = types.CPointer(types.float64)
 
@@ -160,10 +160,10 @@ def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: An
         if not active[i]:
             continue
         data = datas[i]
-        qpos = numba.carray(_f64_at(qpos_at[i]), nq)
-        qvel = numba.carray(_f64_at(qvel_at[i]), nv)
-        ctrl = numba.carray(_f64_at(ctrl_at[i]), actions.shape[1])
-        xy = numba.carray(_f64_at(xy_at[i]), dims)
+        qpos = numba.carray(f64_at(qpos_at[i]), nq)
+        qvel = numba.carray(f64_at(qvel_at[i]), nv)
+        ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
+        xy = numba.carray(f64_at(xy_at[i]), dims)
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
@@ -185,7 +185,7 @@ def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: An
             row[nq - skip + k] = min(max(v, -clip), clip) if clip < np.inf else v
         contact_cost = 0.0
         if contact:
-            cfrc = numba.carray(_f64_at(cfrc_at[i]), nbody * 6)
+            cfrc = numba.carray(f64_at(cfrc_at[i]), nbody * 6)
             lo, hi = params[CONTACT_LO], params[CONTACT_HI]
             contact_cost = params[CONTACT_WEIGHT] * _clipped_sum_of_squares(cfrc, lo, hi)
             if contact == 2:
@@ -249,9 +249,9 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
         if not active[i]:
             continue
         data = datas[i]
-        qpos = numba.carray(_f64_at(qpos_at[i]), nq)
-        qvel = numba.carray(_f64_at(qvel_at[i]), nv)
-        ctrl = numba.carray(_f64_at(ctrl_at[i]), actions.shape[1])
+        qpos = numba.carray(f64_at(qpos_at[i]), nq)
+        qvel = numba.carray(f64_at(qvel_at[i]), nv)
+        ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
@@ -273,8 +273,8 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
             rewards[i] = 0.0 if done else 1.0
             info[REWARD_SURVIVE, i] = rewards[i]
         elif kind == DOUBLE_PENDULUM:
-            site = numba.carray(_f64_at(site_at[i]), 3)
-            qfrc = numba.carray(_f64_at(qfrc_at[i]), nv)
+            site = numba.carray(f64_at(site_at[i]), 3)
+            qfrc = numba.carray(f64_at(qfrc_at[i]), nv)
             row[0] = qpos[0]
             for k in range(1, nq):
                 row[k] = np.sin(qpos[k])
@@ -292,7 +292,7 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
             info[DISTANCE_PENALTY, i] = -distance
             info[VELOCITY_PENALTY, i] = -velocity
         elif kind == PUSHER:
-            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[3])
+            xpos = numba.carray(f64_at(xpos_at[i]), 3 * bodies[3])
             tips, thing, goal = 3 * bodies[0], 3 * bodies[1], 3 * bodies[2]
             a = np.empty(3)  # small fixed arrays: numba keeps them on the stack
             b = np.empty(3)
@@ -314,7 +314,7 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
                 row[17 + j] = xpos[thing + j]
                 row[20 + j] = xpos[goal + j]
         else:
-            xpos = numba.carray(_f64_at(xpos_at[i]), 3 * bodies[3])
+            xpos = numba.carray(f64_at(xpos_at[i]), 3 * bodies[3])
             f, t = 3 * bodies[0], 3 * bodies[1]
             dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
             dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]
@@ -365,11 +365,11 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
             continue
         data = datas[i]
         row_at = at[i]
-        qpos = numba.carray(_f64_at(row_at[AT_QPOS]), nq)
-        qvel = numba.carray(_f64_at(row_at[AT_QVEL]), nv)
-        ctrl = numba.carray(_f64_at(row_at[AT_CTRL]), actions.shape[1])
-        xipos = numba.carray(_f64_at(row_at[AT_XIPOS]), 3 * nbody)
-        cfrc = numba.carray(_f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
+        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
+        xipos = numba.carray(f64_at(row_at[AT_XIPOS]), 3 * nbody)
+        cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
@@ -409,8 +409,8 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
             info[REWARD_CONTACT, i] = -contact
         info[X_POSITION, i] = qpos[0]
         info[Y_POSITION, i] = qpos[1]
-        lengths = numba.carray(_f64_at(row_at[AT_TEN_LENGTH]), ntendon)
-        speeds = numba.carray(_f64_at(row_at[AT_TEN_VELOCITY]), ntendon)
+        lengths = numba.carray(f64_at(row_at[AT_TEN_LENGTH]), ntendon)
+        speeds = numba.carray(f64_at(row_at[AT_TEN_VELOCITY]), ntendon)
         for k in range(ntendon):
             tendon_length[i, k] = lengths[k]
             tendon_velocity[i, k] = speeds[k]
@@ -423,17 +423,17 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
             row[n] = qvel[k]
             n += 1
         if flags[H_CINERT]:
-            cinert = numba.carray(_f64_at(row_at[AT_CINERT]), 10 * nbody)
+            cinert = numba.carray(f64_at(row_at[AT_CINERT]), 10 * nbody)
             for k in range(10, 10 * nbody):
                 row[n] = cinert[k]
                 n += 1
         if flags[H_CVEL]:
-            cvel = numba.carray(_f64_at(row_at[AT_CVEL]), 6 * nbody)
+            cvel = numba.carray(f64_at(row_at[AT_CVEL]), 6 * nbody)
             for k in range(6, 6 * nbody):
                 row[n] = cvel[k]
                 n += 1
         if flags[H_QFRC]:
-            qfrc = numba.carray(_f64_at(row_at[AT_QFRC_ACTUATOR]), nv)
+            qfrc = numba.carray(f64_at(row_at[AT_QFRC_ACTUATOR]), nv)
             for k in range(6, nv):
                 row[n] = qfrc[k]
                 n += 1
