@@ -19,6 +19,7 @@ import argparse
 import functools
 
 import numpy as np
+
 from benchmarks.scripts.alternating import Stepper, build, cycling, machine_line, time_rounds
 
 

@@ -11,7 +11,8 @@ Python loop; Gymnasium's env in a ``SyncVectorEnv``; EnvPool's ``<Id>-v5`` with
 per env-step. ``--table``: one Markdown row per id and num_envs (envfleet against the floor and
 EnvPool, the episodes ended per 1,000 env-steps, memory per env).
 
-    .venv/bin/python -m benchmarks.scripts.mujoco_ratios --env HalfCheetah-v5 --num-envs 16 --threads 1,2
+    python -m benchmarks.scripts.mujoco_ratios --env HalfCheetah-v5 --num-envs 16 \\
+        --threads 1,2
     python -m benchmarks.scripts.mujoco_ratios --env all --num-envs 16,32,64 --threads 2 \\
         --only envfleet,floor,envpool --table
 """
@@ -23,6 +24,7 @@ import functools
 from typing import Any
 
 import numpy as np
+
 from benchmarks.scripts.alternating import Stepper, build, cycling, machine_line, time_rounds
 
 

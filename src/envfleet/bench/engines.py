@@ -20,7 +20,7 @@ the last two frames max-pooled, up to 30 no-ops at reset, 4 frames stacked, stic
   in Gymnasium's Sync/Async vector envs and SB3's DummyVecEnv/SubprocVecEnv;
 - ``ale-floor``: the emulator's own cost, from a compiled loop (numba ``prange``, no GIL) over
   ALE's C++ entry points: per env and step, ``frame_skip`` x ``act`` and one grayscale read,
-  nothing else (``benchmarks/scripts/atari_ratios.py`` uses the same loop), at its best thread count.
+  nothing else (``atari_ratios`` uses the same loop), at its best thread count.
 
 Gymnasium's MuJoCo ``<Id>-v5`` (``mujoco``): ``gymnasium.make(id)`` with its defaults:
 
@@ -30,7 +30,7 @@ Gymnasium's MuJoCo ``<Id>-v5`` (``mujoco``): ``gymnasium.make(id)`` with its def
 - ``mujoco-floor``: the simulator's own cost, from a compiled loop (numba ``prange``, no GIL)
   over MuJoCo's C API on the same model: per env and step, ctrl = the action, ``frame_skip`` x
   ``mj_step`` and one ``mj_rnePostConstraint`` (what the v5 step asks of MuJoCo), no
-  observation, reward or reset (``benchmarks/scripts/mujoco_ratios.py`` uses the same loop), at its best
+  observation, reward or reset (``mujoco_ratios`` uses the same loop), at its best
   thread count.
 
 Importing this module registers the peers into ``baselines.BASELINES`` and Atari's reference
