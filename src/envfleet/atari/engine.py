@@ -147,6 +147,7 @@ class AtariEngine:
         self._all = np.ones(num_envs, np.bool_)
         self._none = np.zeros(num_envs, np.bool_)
         self._stepped = np.zeros(num_envs, np.bool_)
+        self._order = np.zeros(num_envs, np.int64)  # the step loop's order of envs
         #: each env's ``np_random`` (no-op starts) and its next episode's no-op count
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.noops = np.zeros(num_envs, np.int64)
@@ -231,7 +232,7 @@ class AtariEngine:
                 self.noops, self.noop.value, self.frame_skip, self.life_loss,
                 self.episodic_life, self.reward_clip, self.lives, self.rewards,
                 self.raw_rewards, self.terminated, self.truncated, self.game_over,
-                self.was_reset, self.continued, self.buffers, self.tables)
+                self.was_reset, self.continued, self.buffers, self.tables, self._order)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
         if self.was_reset.any():

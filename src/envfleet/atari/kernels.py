@@ -198,17 +198,28 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
                  noop_code: int, frame_skip: int, life_loss: bool, episodic: bool,
                  clip: bool, lives: Any, rewards: Any, raw_rewards: Any, terminated: Any,
                  truncated: Any, game_over: Any, was_reset: Any, continued: Any,
-                 buffers: Any, tables: Any) -> int:
+                 buffers: Any, tables: Any, order: Any) -> int:
     """Step every env: a pending one (NEXT_STEP) resets instead (reward 0, flags down,
     ``was_reset``; ``continued`` when ``episodic`` kept its game going after a lost life);
     the others repeat their action ``frame_skip`` frames, and their last two frames are
     max-pooled (``_observe_frames``, as the wrapper's). ``episodic``: a lost life (lives
     left) ends the episode after the frame skip (EnvPool's ``episodic_life``); ``clip``: the
     reward is its sign (``raw_rewards`` keeps the sum). ``game_over``: the game itself ended.
+    The pending envs are handed out first (``order``: scratch, one per env): a reset emulates
+    ~20 steps' frames, and one started last would hold up every other thread at the join.
     Returns the number of episodes that ended."""
-    ended = 0
-    size = buffers.raw.shape[2]
-    for i in prange(pointers.size):
+    ended, first, size = 0, 0, buffers.raw.shape[2]
+    for i in range(pointers.size):
+        if pending[i]:
+            order[first] = i
+            first += 1
+    last = pointers.size
+    for i in range(pointers.size):
+        if not pending[i]:
+            last -= 1
+            order[last] = i
+    for k in prange(pointers.size):
+        i = order[k]
         pointer = pointers[i]
         if pending[i]:
             restart = not episodic or game_over[i] or truncated[i]
