@@ -142,8 +142,9 @@ class AtariEngine:
         self.pending = np.zeros(num_envs, np.bool_)
         self.needs_reset = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
-        #: the rows of ``was_reset`` whose game went on (``episodic_life``): their stacks shift
-        self.continued = np.zeros(num_envs, np.bool_)
+        #: the step's rows whose stack restarts from their frame (reset) or shifts (stepped,
+        #: or reset with the game going on: ``episodic_life``)
+        self._restacked = np.zeros(num_envs, np.bool_)
         self._all = np.ones(num_envs, np.bool_)
         self._none = np.zeros(num_envs, np.bool_)
         self._stepped = np.zeros(num_envs, np.bool_)
@@ -207,13 +208,13 @@ class AtariEngine:
         action is refused (wrong shape, not integers, out of range; an env that must be reset
         first, DISABLED): checked whole, before any env moves."""
         batch = np.asarray(actions)
-        check_action_batch(batch, self.action_space, self.num_envs)
-        batch = batch.astype(np.int64, copy=False)
-        bad = np.flatnonzero((batch < 0) | (batch >= len(self.codes)))
-        if bad.size:
-            i = int(bad[0])
+        if batch.dtype != np.int64 or batch.shape != (self.num_envs,):  # (int64: passes)
+            check_action_batch(batch, self.action_space, self.num_envs)
+            batch = batch.astype(np.int64, copy=False)
+        if batch.min() < 0 or batch.max() >= self.codes.size:
+            i = int(np.flatnonzero((batch < 0) | (batch >= self.codes.size))[0])
             raise ValueError(describe_bad_action(self.action_space, i, batch[i].item()))
-        if self.needs_reset.any():
+        if self.mode == 2 and self.needs_reset.any():  # (DISABLED)
             raise needs_reset_error(int(np.flatnonzero(self.needs_reset)[0]))
         return np.ascontiguousarray(batch)
 
@@ -227,22 +228,18 @@ class AtariEngine:
         # envs handed out one at a time (dynamically): a thread the OS deschedules holds up
         # one env, not a static half of the batch
         with numba.parallel_chunksize(1):
-            ended = self._kernels.step(
+            ended, resets = self._kernels.step(
                 self.entry_points, self.pointers, self.codes, actions, self.pending,
                 self.noops, self.noop.value, self.frame_skip, self.life_loss,
                 self.episodic_life, self.reward_clip, self.lives, self.rewards,
                 self.raw_rewards, self.terminated, self.truncated, self.game_over,
-                self.was_reset, self.continued, self.buffers, self.tables, self._order)
+                self.was_reset, self._restacked, self._stepped, self.buffers, self.tables,
+                self._order)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        if self.was_reset.any():
+        if resets:
             self._next_noops(self.was_reset)
-        if self.episodic_life and self.continued.any():  # a life lost: the stack goes on
-            np.logical_or(~self.was_reset, self.continued, out=self._stepped)
-            self._observe(reset_rows=self.was_reset & ~self.continued, step_rows=self._stepped)
-        else:
-            np.logical_not(self.was_reset, out=self._stepped)
-            self._observe(reset_rows=self.was_reset, step_rows=self._stepped)
+        self._observe(reset_rows=self._restacked, step_rows=self._stepped)
         if ended:
             done = self.ended_mask()
             if self.mode == 0:  # NEXT_STEP

@@ -197,18 +197,19 @@ def _first_frames_kernel(ale: Any, pointers: Any, mask: Any, buffers: Any,
 def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any, noops: Any,
                  noop_code: int, frame_skip: int, life_loss: bool, episodic: bool,
                  clip: bool, lives: Any, rewards: Any, raw_rewards: Any, terminated: Any,
-                 truncated: Any, game_over: Any, was_reset: Any, continued: Any,
-                 buffers: Any, tables: Any, order: Any) -> int:
+                 truncated: Any, game_over: Any, was_reset: Any, restacked: Any,
+                 stepped: Any, buffers: Any, tables: Any, order: Any) -> tuple[int, int]:
     """Step every env: a pending one (NEXT_STEP) resets instead (reward 0, flags down,
-    ``was_reset``; ``continued`` when ``episodic`` kept its game going after a lost life);
-    the others repeat their action ``frame_skip`` frames, and their last two frames are
-    max-pooled (``_observe_frames``, as the wrapper's). ``episodic``: a lost life (lives
-    left) ends the episode after the frame skip (EnvPool's ``episodic_life``); ``clip``: the
-    reward is its sign (``raw_rewards`` keeps the sum). ``game_over``: the game itself ended.
+    ``was_reset``; its stack ``restacked`` from its new frame, or ``stepped`` on when
+    ``episodic`` kept its game going after a lost life); the others are ``stepped`` and
+    repeat their action ``frame_skip`` frames, and their last two frames are max-pooled
+    (``_observe_frames``, as the wrapper's). ``episodic``: a lost life (lives left) ends the
+    episode after the frame skip (EnvPool's ``episodic_life``); ``clip``: the reward is its
+    sign (``raw_rewards`` keeps the sum). ``game_over``: the game itself ended.
     The pending envs are handed out first (``order``: scratch, one per env): a reset emulates
     ~20 steps' frames, and one started last would hold up every other thread at the join.
-    Returns the number of episodes that ended."""
-    ended, first, size = 0, 0, buffers.raw.shape[2]
+    Returns the numbers of episodes that ended and of envs reset."""
+    ended, resets, first, size = 0, 0, 0, buffers.raw.shape[2]
     for i in range(pointers.size):
         if pending[i]:
             order[first] = i
@@ -223,10 +224,13 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
         pointer = pointers[i]
         if pending[i]:
             restart = not episodic or game_over[i] or truncated[i]
-            continued[i] = not _reset_one(ale, i, pointer, noops[i], noop_code, lives,
-                                          buffers, tables, restart)
+            continued = not _reset_one(ale, i, pointer, noops[i], noop_code, lives, buffers,
+                                       tables, restart)
+            restacked[i] = not continued
+            stepped[i] = continued
             pending[i] = False
             was_reset[i] = True
+            resets += 1
             rewards[i] = 0.0
             raw_rewards[i] = 0.0
             terminated[i] = False
@@ -234,7 +238,8 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
             game_over[i] = False
             continue
         was_reset[i] = False
-        continued[i] = False
+        restacked[i] = False
+        stepped[i] = True
         code = codes[actions[i]]
         total = 0.0
         over = False
@@ -268,7 +273,7 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
         truncated[i] = cut
         if over or cut:
             ended += 1
-    return ended
+    return ended, resets
 
 
 def _stack_kernel(obs: Any, frames: Any, reset_rows: Any, step_rows: Any) -> None:
