@@ -208,7 +208,8 @@ class AtariEngine:
         action is refused (wrong shape, not integers, out of range; an env that must be reset
         first, DISABLED): checked whole, before any env moves."""
         batch = np.asarray(actions)
-        if batch.dtype != np.int64 or batch.shape != (self.num_envs,):  # (int64: passes)
+        # an int64 batch of this shape passes check_action_batch: the usual batch skips it
+        if batch.dtype != np.int64 or batch.shape != (self.num_envs,):
             check_action_batch(batch, self.action_space, self.num_envs)
             batch = batch.astype(np.int64, copy=False)
         if batch.min() < 0 or batch.max() >= self.codes.size:
