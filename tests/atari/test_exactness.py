@@ -121,3 +121,12 @@ def test_every_installed_game():
         noops = {"noop_max": 0} if env_id in ("ALE/Backgammon-v5",
                                               "ALE/VideoCheckers-v5") else {}
         lockstep(env_id, 1, 30, max_num_frames_per_episode=80, **noops)
+
+
+@pytest.mark.parametrize("frame_limit", [201, 202, 203, 204])
+def test_episodes_cut_on_each_frame_of_a_step(frame_limit):
+    """Episodes cut by ALE's frame limit on each frame of a step: one cut on the step's last
+    frame returns the pool of the previous pooled frame and the step's second-to-last frame
+    (what the wrapper's buffers hold then), not of two fresh frames: with 201 frames, the
+    ball's previous second-to-last position stays in the final frame."""
+    assert lockstep("ALE/Breakout-v5", 2, 120, max_num_frames_per_episode=frame_limit) >= 4

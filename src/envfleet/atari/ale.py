@@ -4,8 +4,9 @@ ale-py's Python binding holds the GIL through ``ALEInterface.act`` (two Python t
 their own emulators do not scale), and ALE no longer has a C API (``ale_c``). Its extension
 module does export the C++ methods of ``ale::ALEInterface`` (``nm -D``): we load them with
 ctypes, so that a numba ``prange`` loop (``nogil``) calls ``act``, ``lives``, ``game_over`` and
-``getScreenGrayscale`` on each env's emulator directly. The ``this`` pointer of an
-``ALEInterface`` comes from its nanobind instance (ale-py 0.12; other bindings are refused);
+``getScreen`` (the screen's palette indices, read in place) on each env's emulator directly.
+The ``this`` pointer of an ``ALEInterface`` comes from its nanobind instance (ale-py 0.12;
+other bindings are refused); ``grayscale_table`` asks ALE for its grayscale of each index;
 ``check_binding`` compares every entry point with the Python API on a live emulator before an
 engine uses them, and refuses (``AtariBindingError``) a build whose layout differs.
 """
@@ -36,6 +37,9 @@ _SYMBOLS: dict[str, tuple[str, Any, tuple[Any, ...]]] = {
                   (ctypes.c_void_p,)),
     "episode_frame_number": ("_ZNK3ale12ALEInterface21getEpisodeFrameNumberEv", ctypes.c_int,
                              ()),
+    # (): const ALEScreen& (rows, columns: int32; then std::vector<unsigned char> of the
+    # palette indices: begin, end, end of storage), returned as its address
+    "screen": ("_ZNK3ale12ALEInterface9getScreenEv", ctypes.c_int64, ()),
 }
 
 
@@ -49,6 +53,7 @@ class AleFunctions(NamedTuple):
     reset_game: Any
     grayscale: Any
     episode_frame_number: Any
+    screen: Any
 
 
 @functools.cache
@@ -117,9 +122,40 @@ class GrayscaleTarget:
         return (self.vectors.ctypes.data + 24 * np.arange(len(self.frames))).astype(np.int64)
 
 
+def screen_indices(ale: Any, pointer: int) -> np.ndarray:
+    """A view of the emulator's current screen (palette indices, height x width) in ALE's own
+    memory: valid until its next ``loadROM``. ``AtariBindingError`` when the ``ALEScreen``
+    does not hold ``ale``'s screen size where expected."""
+    address = ale_functions().screen(pointer)
+    size = tuple(ctypes.c_int32.from_address(address + 4 * k).value for k in (0, 1))
+    begin, end = (ctypes.c_int64.from_address(address + 8 * k).value for k in (1, 2))
+    height, width = ale.getScreenDims()
+    if size != (height, width) or end - begin != height * width:
+        raise AtariBindingError("ALE's screen object does not have the layout this module "
+                                "expects (rows, columns, a vector of pixels): this build is "
+                                "not supported")
+    buffer = (ctypes.c_uint8 * (height * width)).from_address(begin)
+    return np.ctypeslib.as_array(buffer).reshape(height, width)
+
+
+def grayscale_table(ale: Any, pointer: int) -> np.ndarray:
+    """ALE's grayscale of each palette index (256 uint8), from ALE itself: the screen's first
+    256 pixels set to the indices 0..255, read with ``getScreenGrayscale``, then restored."""
+    screen = screen_indices(ale, pointer).reshape(-1)
+    saved = screen[:256].copy()
+    gray = np.zeros((1, *ale.getScreenDims()), np.uint8)
+    try:
+        screen[:256] = np.arange(256)
+        ale_functions().grayscale(pointer, GrayscaleTarget(gray).address(0))
+    finally:
+        screen[:256] = saved
+    return gray.reshape(-1)[:256].copy()
+
+
 def check_binding(ale: Any, pointer: int, action: Any) -> None:
     """Compare each C++ entry point with ale-py's Python API on ``ale`` (a loaded emulator):
-    lives, frame number, game over, a frame after a few ``act`` calls. Raises
+    lives, frame number, game over, a frame after a few ``act`` calls (grayscale, and the
+    screen's palette indices read in place). Raises
     ``AtariBindingError`` on any difference; leaves the emulator reset."""
     f = ale_functions()
     height, width = ale.getScreenDims()
@@ -139,7 +175,8 @@ def check_binding(ale: Any, pointer: int, action: Any) -> None:
                 and (over or ale.getEpisodeFrameNumber() == before + 1)
                 and f.game_over(pointer, False) == ale.game_over(with_truncation=False)
                 and f.game_truncated(pointer) == ale.game_truncated()
-                and isinstance(reward, int) and np.array_equal(ours[0], theirs))
+                and isinstance(reward, int) and np.array_equal(ours[0], theirs)
+                and np.array_equal(screen_indices(ale, pointer), ale.getScreen()))
         if not same:
             import ale_py
 

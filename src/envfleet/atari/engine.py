@@ -6,7 +6,8 @@ frameskip=1, ...), ...), stack_size)`` reset with seed ``seed + i``: the same em
 the same order (``kernels``), the same seeds (ALE's ``random_seed`` and the ``np_random`` of
 the no-op starts, derived from the seed as ``AtariEnv.seed_game`` does), the same max-pool,
 ``cv2.resize(INTER_AREA)`` and stack. Per step: one compiled loop over the envs (GIL released,
-numba threads), one ``cv2.resize`` of every env's frame at once (when that is exact, see
+numba threads; OpenCV's area resize compiled into it where OpenCV takes its general path, else
+one ``cv2.resize`` of every env's frame at once when that is exact, see
 ``batched_resize_is_exact``), one compiled stack update; Python per env only at seeded resets
 and once per episode (the next episode's no-op count).
 """
@@ -24,12 +25,13 @@ from gymnasium import spaces
 from gymnasium.utils import seeding
 
 from envfleet.atari.ale import (
-    GrayscaleTarget,
+    AtariBindingError,
     ale_functions,
     check_binding,
+    grayscale_table,
     instance_pointer,
 )
-from envfleet.atari.kernels import compiled_resize_applies, kernels, resize_tables
+from envfleet.atari.kernels import FrameBuffers, compiled_resize_applies, kernels, resize_tables
 from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
 from envfleet.native.numba_backend import ThreadChoice, default_threads
 
@@ -101,10 +103,12 @@ class AtariEngine:
         check_binding(first, int(self.pointers[0]), self.noop.value)
         height, width = first.getScreenDims()
         out_w, out_h = screen_size
+        gray = grayscale_table(first, int(self.pointers[0]))
+        if not (gray == 0).any():
+            raise AtariBindingError(f"{game}: no palette index is black in ALE's grayscale "
+                                    f"table; the engine needs one for the reset's zero frame")
+        #: the max-pooled gray frames (the wrapper's first buffer)
         self.frames0 = np.zeros((num_envs, height, width), np.uint8)
-        self.frames1 = np.zeros((num_envs, height, width), np.uint8)
-        self._targets = (GrayscaleTarget(self.frames0), GrayscaleTarget(self.frames1))
-        self.targets0, self.targets1 = (t.addresses() for t in self._targets)
         self.screen = (out_w, out_h)
         self.resized = np.zeros((num_envs, out_h, out_w), np.uint8)
         self._batched = batched_resize_is_exact(height, out_h) and out_w <= width
@@ -112,10 +116,17 @@ class AtariEngine:
         #: OpenCV's path and agrees with cv2 here; else cv2 resizes after the loop
         self.tables = _resize_tables(height, width, out_h, out_w, self.cv2)
         self.compiled_resize = self.tables[0].size > 0
-        self.scratch = np.zeros((num_envs, 3, max(width, out_w)), np.float32)
-        #: the loops' views: one row per env
-        self._flat = (self.frames0.reshape(num_envs, -1), self.frames1.reshape(num_envs, -1))
-        self._flat_resized = self.resized.reshape(num_envs, -1)
+        #: the loops' views and per-env state (``kernels.FrameBuffers``), one row per env
+        self.buffers = FrameBuffers(
+            raw=np.zeros((num_envs, 2, height * width), np.uint8),
+            black=np.full(height * width, np.flatnonzero(gray == 0)[0], np.uint8), gray=gray,
+            pooled=self.frames0.reshape(num_envs, -1), dirty=np.zeros((num_envs, height),
+                                                                      np.bool_),
+            stale=np.ones(num_envs, np.bool_),
+            row_sums=np.zeros((num_envs, height, out_w if self.compiled_resize else 0),
+                              np.float32),
+            scratch=np.zeros((num_envs, 2, max(width, out_w)), np.float32),
+            resized=self.resized.reshape(num_envs, -1))
         self.obs = np.zeros((num_envs, stack_size, out_h, out_w), np.uint8)
         self.rewards = np.zeros(num_envs, np.float64)
         #: the unclipped rewards (``reward_clip``) and whether the game itself is over
@@ -131,11 +142,13 @@ class AtariEngine:
         self.pending = np.zeros(num_envs, np.bool_)
         self.needs_reset = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
-        #: the rows of ``was_reset`` whose game went on (``episodic_life``): their stacks shift
-        self.continued = np.zeros(num_envs, np.bool_)
+        #: the step's rows whose stack restarts from their frame (reset) or shifts (stepped,
+        #: or reset with the game going on: ``episodic_life``)
+        self._restacked = np.zeros(num_envs, np.bool_)
         self._all = np.ones(num_envs, np.bool_)
         self._none = np.zeros(num_envs, np.bool_)
         self._stepped = np.zeros(num_envs, np.bool_)
+        self._order = np.zeros(num_envs, np.int64)  # the step loop's order of envs
         #: each env's ``np_random`` (no-op starts) and its next episode's no-op count
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.noops = np.zeros(num_envs, np.int64)
@@ -160,7 +173,8 @@ class AtariEngine:
         return int(rng.integers(1, self.noop_max + 1)) if self.noop_max > 0 else 0
 
     def _seeded_reset(self, i: int, seed: int) -> None:
-        """``AtariPreprocessing.reset(seed=seed)`` of env i, through ale-py's Python API."""
+        """``AtariPreprocessing.reset(seed=seed)`` of env i, through ale-py's Python API, up to
+        its first frame (``kernels.first_frames``)."""
         ale = self.ales[i]
         self.rngs[i] = self._load(ale, seed)
         ale.reset_game()
@@ -170,11 +184,6 @@ class AtariEngine:
                 self.rngs[i] = self._load(ale, seed)  # env.reset(seed=seed) inside the loop
                 ale.reset_game()
         self.lives[i] = ale.lives()
-        ale.getScreenGrayscale(self.frames0[i])
-        self.frames1[i] = 0
-        if self.compiled_resize:
-            self._kernels.resize(self._flat[0][i], self.tables, self.scratch[i],
-                                 self._flat_resized[i])
 
     def reset(self, mask: np.ndarray | None, seeds: np.ndarray | None) -> None:
         """Reset the masked envs (all when None); ``seeds``: reseed them (one per env)."""
@@ -182,6 +191,9 @@ class AtariEngine:
         if seeds is not None:
             for i in np.flatnonzero(mask):
                 self._seeded_reset(int(i), int(seeds[i]))
+            numba.set_num_threads(self.active_threads)
+            self._kernels.first_frames(self.entry_points, self.pointers, mask, self.buffers,
+                                       self.tables)
         else:
             self._reset_unseeded(mask)
         self._next_noops(mask)
@@ -196,13 +208,14 @@ class AtariEngine:
         action is refused (wrong shape, not integers, out of range; an env that must be reset
         first, DISABLED): checked whole, before any env moves."""
         batch = np.asarray(actions)
-        check_action_batch(batch, self.action_space, self.num_envs)
-        batch = batch.astype(np.int64, copy=False)
-        bad = np.flatnonzero((batch < 0) | (batch >= len(self.codes)))
-        if bad.size:
-            i = int(bad[0])
+        # an int64 batch of this shape passes check_action_batch: the usual batch skips it
+        if batch.dtype != np.int64 or batch.shape != (self.num_envs,):
+            check_action_batch(batch, self.action_space, self.num_envs)
+            batch = batch.astype(np.int64, copy=False)
+        if batch.min() < 0 or batch.max() >= self.codes.size:
+            i = int(np.flatnonzero((batch < 0) | (batch >= self.codes.size))[0])
             raise ValueError(describe_bad_action(self.action_space, i, batch[i].item()))
-        if self.needs_reset.any():
+        if self.mode == 2 and self.needs_reset.any():  # (DISABLED)
             raise needs_reset_error(int(np.flatnonzero(self.needs_reset)[0]))
         return np.ascontiguousarray(batch)
 
@@ -216,23 +229,18 @@ class AtariEngine:
         # envs handed out one at a time (dynamically): a thread the OS deschedules holds up
         # one env, not a static half of the batch
         with numba.parallel_chunksize(1):
-            ended = self._kernels.step(
+            ended, resets = self._kernels.step(
                 self.entry_points, self.pointers, self.codes, actions, self.pending,
                 self.noops, self.noop.value, self.frame_skip, self.life_loss,
-                self.episodic_life, self.reward_clip, self.lives, self.targets0, self.targets1,
-                *self._flat, self.rewards, self.raw_rewards, self.terminated, self.truncated,
-                self.game_over, self.was_reset, self.continued, self.tables, self.scratch,
-                self._flat_resized)
+                self.episodic_life, self.reward_clip, self.lives, self.rewards,
+                self.raw_rewards, self.terminated, self.truncated, self.game_over,
+                self.was_reset, self._restacked, self._stepped, self.buffers, self.tables,
+                self._order)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        if self.was_reset.any():
+        if resets:
             self._next_noops(self.was_reset)
-        if self.episodic_life and self.continued.any():  # a life lost: the stack goes on
-            np.logical_or(~self.was_reset, self.continued, out=self._stepped)
-            self._observe(reset_rows=self.was_reset & ~self.continued, step_rows=self._stepped)
-        else:
-            np.logical_not(self.was_reset, out=self._stepped)
-            self._observe(reset_rows=self.was_reset, step_rows=self._stepped)
+        self._observe(reset_rows=self._restacked, step_rows=self._stepped)
         if ended:
             done = self.ended_mask()
             if self.mode == 0:  # NEXT_STEP
@@ -265,8 +273,7 @@ class AtariEngine:
         """Reset the masked envs without reseeding them, in the compiled loop."""
         numba.set_num_threads(self.active_threads)
         self._kernels.reset(self.entry_points, self.pointers, mask, self.noops, self.noop.value,
-                            self.lives, self.targets0, *self._flat, self.tables, self.scratch,
-                            self._flat_resized)
+                            self.lives, self.buffers, self.tables)
 
     def _next_noops(self, rows: np.ndarray) -> None:
         for i in np.flatnonzero(rows):
@@ -289,7 +296,7 @@ class AtariEngine:
             for i in np.flatnonzero(reset_rows | step_rows):
                 cv2.resize(self.frames0[i], (out_w, out_h), dst=self.resized[i],
                            interpolation=cv2.INTER_AREA)
-        self._kernels.stack(self._flat_obs, self._flat_resized, reset_rows, step_rows)
+        self._kernels.stack(self._flat_obs, self.buffers.resized, reset_rows, step_rows)
 
     def ended_mask(self) -> np.ndarray:
         """Envs whose episode ended in the last step."""
