@@ -1,8 +1,11 @@
-"""The shared per-env driver: autoreset, time limits and action checks, written once.
+"""The shared driver: autoreset, time limits and action checks, written once, in two forms.
 
 ``make_driver`` wraps a family's ``reset_one`` / ``step_one`` into per-env functions that every
 compiled backend lifts unchanged (numba: a ``prange`` loop; CUDA: one thread per env). The
 autoreset mode is a compile-time constant, so each mode compiles to straight-line code.
+``begin_batch`` / ``end_batch`` are the same rule over a whole batch (NumPy arrays or torch
+tensors, rows as indices or a bool mask): the torch engine's host and device routes and the
+MuJoCo and Atari engines run it around their batched steps.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envfleet.contract import describe_bad_action, needs_reset_error
+from envfleet.contract import (
+    PEND,
+    RESET_NOW,
+    begin_episodes,
+    describe_bad_action,
+    needs_reset_error,
+)
+from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.spec import NativeEnvSpec
 
@@ -268,3 +278,36 @@ def _per_env_kernels(spec: NativeEnvSpec, state_of: Callable[..., Any],
             return family_check(i, state_of(state), row(params, state, i), actions)
 
     return reset_one, step_one, check
+
+
+# --- the batched driver: the same rule over a whole batch ---------------------------------------
+
+
+def begin_batch(rule: str, due: Any, reset: Callable[[Any], None], rewards: Any, terminated: Any,
+                truncated: Any) -> None:
+    """``Driver.begin`` over a batch: under NEXT_STEP (``rule`` is ``contract.PEND``) the envs
+    ``due`` (the pending ones: indices or a bool mask; None: none) start their next episode
+    (``reset(due)``) and this step is their reset step (``contract.begin_episodes``). An engine
+    may run it before its step (the step skipping them) or after (the reset written over)."""
+    if rule == PEND and due is not None:
+        reset(due)
+        begin_episodes(rewards, terminated, truncated, due)
+
+
+def end_batch(rule: str, terminated: Any, truncated: Any, done: Any, pending: Any,
+              rows_of: Callable[[Any], Any], keep_final: Callable[[Any], None],
+              reset: Callable[[Any], None]) -> Any:
+    """``Driver.advance``'s end and ``Driver.finish`` over a batch, after its step: ``done``
+    (a buffer) gets which envs ended, and they are pending (NEXT_STEP: reset on their next
+    step; DISABLED: refused until reset), or, under SAME_STEP, keep their final observation
+    (``keep_final``) and start their next episode now (``reset``). ``rows_of(done)`` names
+    the ended envs as the engine's callbacks take them (indices, or the mask itself), None
+    when none ended; it is returned."""
+    tensor_math.namespace(done).logical_or(terminated, truncated, out=done)
+    ended = rows_of(done)
+    if rule != RESET_NOW:
+        pending[...] = done
+    elif ended is not None:
+        keep_final(ended)
+        reset(ended)
+    return ended
