@@ -101,9 +101,10 @@ PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
 
 def on_episode_end(mode: AutoresetMode) -> str:
     """The one autoreset rule (Gymnasium 1.x): NEXT_STEP pends the reset to the env's next
-    step, SAME_STEP resets at once, DISABLED leaves it to the caller. The torch engine applies
-    it to its batch, the executors to each env (``EnvGroup``) and to every env of a lost share
-    (``ShareFleet``); the driver compiles the same rule for numba and cuda."""
+    step, SAME_STEP resets at once, DISABLED leaves it to the caller. The driver runs it over
+    a batch (``driver.make_batch_driver``: the torch and MuJoCo engines) and compiles it
+    for numba and cuda; the executors apply it to each env (``EnvGroup``) and to every env of
+    a lost share (``ShareFleet``)."""
     return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)
 
 
@@ -248,7 +249,7 @@ class VectorContract(VectorEnv):
 
     def _is_closed(self) -> bool:
         """Whether ``close()`` ran (a subclass may add its own reasons)."""
-        return self._closed or bool(getattr(self, "closed", False))
+        return self._closed or self.closed
 
     def _out(self, array: Any) -> Any:
         """An output buffer as the caller gets it: its copy, or itself with ``copy=False``."""

@@ -11,7 +11,6 @@ entries. Python runs per env only at resets (the noise draws, ``mj_forward``).
 
 from __future__ import annotations
 
-import functools
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -35,7 +34,7 @@ from envfleet.contract import (
     on_episode_end,
 )
 from envfleet.mujoco import kernels as k
-from envfleet.native.driver import begin_batch, end_batch
+from envfleet.native.driver import make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
 
@@ -309,8 +308,10 @@ class MujocoVectorEnv(VectorContract):
         self.was_reset = np.zeros(num_envs, np.bool_)
         #: the contract's autoreset rule, run around the compiled loop by the batched driver
         self.rule = on_episode_end(autoreset_mode)
-        self._done = np.zeros(num_envs, np.bool_)
-        self._new_episodes = functools.partial(self._reset_rows_now, seeds=None)
+        self._begin, self._end = make_batch_driver(
+            self.rule, self.rewards, self.terminated, self.truncated,
+            np.zeros(num_envs, np.bool_), self.pending, _any_rows, self._keep_final,
+            self._reset_rows_now)
         self._has_reset = False
 
     def _make_humanoid_params(self) -> np.ndarray:
@@ -463,7 +464,7 @@ class MujocoVectorEnv(VectorContract):
         return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
                                data.qvel.flatten()[:2], vec[:2]])
 
-    def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None) -> None:
+    def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None = None) -> None:
         for i in np.flatnonzero(rows):
             self._reset_one(int(i), None if seeds is None else seeds[i])
 
@@ -538,8 +539,7 @@ class MujocoVectorEnv(VectorContract):
         batch = self.check_actions(actions)
         rows = self.was_reset
         np.copyto(rows, self.pending)  # NEXT_STEP's (DISABLED's were refused)
-        begin_batch(self.rule, rows if rows.any() else None, self._new_episodes, self.rewards,
-                    self.terminated, self.truncated)
+        self._begin(rows if rows.any() else None)
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
@@ -549,8 +549,7 @@ class MujocoVectorEnv(VectorContract):
             ended = self._run(batch, weight, ~rows)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        end_batch(self.rule, self.terminated, self.truncated, self._done, self.pending,
-                  _any_rows, self._keep_final, self._new_episodes)
+        self._end()
         return int(ended)
 
     def _keep_final(self, done: np.ndarray) -> None:

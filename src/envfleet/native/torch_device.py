@@ -17,9 +17,9 @@ import numpy as np
 import torch
 
 from envfleet.contract import PEND, RESET_NOW, check_action_batch
-from envfleet.native.driver import ENDED, REFUSED_AT, STEPS, begin_batch, end_batch
+from envfleet.native.driver import ENDED, REFUSED_AT, STEPS, make_batch_driver
 from envfleet.native.spec import NativeEnvSpec
-from envfleet.native.torch_backend import TorchEngine
+from envfleet.native.torch_engine import TorchEngine
 
 
 class DeviceTorchEngine(TorchEngine):
@@ -49,10 +49,12 @@ class DeviceTorchEngine(TorchEngine):
         self._counters = self._armed.clone()
         self._counters_host = torch.zeros(4, dtype=torch.int64, pin_memory=self._pinned)
         self._backup: torch.Tensor | None = None
-        #: the batched driver's reset of ended or pending envs (a mask): a new episode
-        self._new_episodes = functools.partial(self._reset_masked, new_seeds=None)
-        #: ``end_batch``'s ended rows, with resets in the work (the mask itself) or not
-        self._ended_rows = {True: _the_mask, False: _no_rows}
+        #: the contract's rule over whole-batch masks, with resets in the work (the ended
+        #: envs named by their mask) or without (no env can be pending, none resets now)
+        self._drivers = {resets: make_batch_driver(
+            self.rule, self.rewards, self.terminated, self.truncated, self._done, self.pending,
+            rows_of, self._keep_final, self._reset_masked)
+            for resets, rows_of in ((True, _the_mask), (False, _no_rows))}
 
     def _reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         masked = (self._all if mask is None
@@ -107,10 +109,9 @@ class DeviceTorchEngine(TorchEngine):
         steps = self.rng[2]
         steps += 1
         torch.ge(steps, self.max_episode_steps, out=self.truncated)
-        begin_batch(self.rule, self.pending if resets else None, self._new_episodes,
-                    self.rewards, self.terminated, self.truncated)
-        end_batch(self.rule, self.terminated, self.truncated, self._done, self.pending,
-                  self._ended_rows[resets], self._keep_final, self._new_episodes)
+        driver = self._drivers[resets]
+        driver.begin(self.pending if resets else None)
+        driver.end()
 
     def _keep_final(self, done: torch.Tensor) -> None:
         """SAME_STEP: ``final_obs`` rewritten on a step where an env ended (its rows the ended
@@ -119,7 +120,7 @@ class DeviceTorchEngine(TorchEngine):
         kept = torch.where(done.any(), 0, final)
         final.copy_(torch.where(done.unsqueeze(1), self._obs_rows, kept))
 
-    def _reset_masked(self, mask: torch.Tensor, new_seeds: torch.Tensor | None) -> None:
+    def _reset_masked(self, mask: torch.Tensor, new_seeds: torch.Tensor | None = None) -> None:
         """Start a new episode in the envs where ``mask`` is set, the family resetting the
         whole batch with that mask (the other envs keep their state)."""
         seeds, episodes, steps = self.rng

@@ -7,7 +7,6 @@ by index into a smaller batch, so their random draws cost nothing for the others
 
 from __future__ import annotations
 
-import functools
 from types import SimpleNamespace
 from typing import Any
 
@@ -15,9 +14,9 @@ import numpy as np
 import torch
 
 from envfleet.contract import PEND, check_action_batch
-from envfleet.native.driver import DISABLED, begin_batch, end_batch
+from envfleet.native.driver import DISABLED, make_batch_driver
 from envfleet.native.spec import NativeEnvSpec
-from envfleet.native.torch_backend import TorchEngine
+from envfleet.native.torch_engine import TorchEngine
 
 
 class HostTorchEngine(TorchEngine):
@@ -65,8 +64,10 @@ class HostTorchEngine(TorchEngine):
         self._obs_items = self._rows_of(b.obs_rows)
         self._final_items = self._rows_of(b.final_rows)
         self._zero_item = self._rows_of(np.zeros_like(b.obs_rows[:1]))[0]
-        #: the batched driver's reset of ended or pending rows: a new episode, same seed
-        self._new_episodes = functools.partial(self._reset_rows, new_seeds=None)
+        #: the contract's rule over the NumPy views, the envs that reset as indices
+        self._begin, self._end = make_batch_driver(
+            self.rule, b.rewards, b.terminated, b.truncated, b.done, b.pending, _nonzero_rows,
+            self._keep_final, self._reset_rows)
 
     def _reset(self, mask: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
         if mask is None:
@@ -91,8 +92,8 @@ class HostTorchEngine(TorchEngine):
         """Step every env (NEXT_STEP: reset the pending ones instead); how many ended.
 
         The family steps the whole batch, then the batched driver runs the contract's rule
-        over it (``driver.begin_batch``, ``end_batch``) on NumPy views, with the envs that
-        reset as indices (gathered: ``_reset_rows``).
+        over it (``driver.make_batch_driver``) on NumPy views, the envs that reset gathered
+        by index (``_reset_rows``).
         """
         b, k = self._b, self._args
         if not self._arrays:
@@ -101,10 +102,8 @@ class HostTorchEngine(TorchEngine):
                              k.terminated)
         b.steps += 1
         np.greater_equal(b.steps, self.max_episode_steps, out=b.truncated)
-        begin_batch(self.rule, self._pending_rows, self._new_episodes, b.rewards,
-                    b.terminated, b.truncated)
-        rows = end_batch(self.rule, b.terminated, b.truncated, b.done, b.pending,
-                         _nonzero_rows, self._keep_final, self._new_episodes)
+        self._begin(self._pending_rows)
+        rows = self._end()
         if self.rule == PEND:
             self._pending_rows = rows
         return 0 if rows is None else len(rows)
@@ -118,7 +117,7 @@ class HostTorchEngine(TorchEngine):
         final[rows] = self._obs_items[rows]
         self._final_rows = rows
 
-    def _reset_rows(self, rows: np.ndarray | None, new_seeds: np.ndarray | None) -> None:
+    def _reset_rows(self, rows: np.ndarray | None, new_seeds: np.ndarray | None = None) -> None:
         """Start a new episode in the envs ``rows`` (all when None): their episode counter
         advances (or restarts at 0 with ``new_seeds``, one per row), their step counter restarts,
         and the family resets them, seeing only those rows (gathered into a smaller batch)."""
