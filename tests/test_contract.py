@@ -53,11 +53,11 @@ def test_torch_and_the_executors_apply_the_contracts_one_autoreset_rule() -> Non
     from envfleet.envs.cartpole import SPEC
     from envfleet.executors import group
     from envfleet.native.driver import MODE_CODES
-    from envfleet.native.torch_backend import TorchEngine
+    from envfleet.native.torch_backend import torch_engine
 
     assert group.on_episode_end is contract.on_episode_end
     for mode, code in MODE_CODES.items():
-        engine = TorchEngine(SPEC, 4, code, SPEC.make_params(), 500)
+        engine = torch_engine(SPEC, 4, code, SPEC.make_params(), 500)
         assert engine.rule == contract.on_episode_end(mode)
     assert [contract.on_episode_end(m) for m in AutoresetMode] == [
         contract.PEND, contract.RESET_NOW, contract.WAIT]

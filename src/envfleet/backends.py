@@ -9,11 +9,11 @@ from __future__ import annotations
 
 from typing import Any
 
-#: native backend -> (engine class path, keyword options the backend takes)
+#: native backend -> (path of its engine class or factory, keyword options the backend takes)
 NATIVE_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {
     "numba": ("envfleet.native.numba_backend:NumbaEngine", ("num_threads",)),
     "cuda": ("envfleet.native.cuda_backend:CudaEngine", ("threads_per_block",)),
-    "torch": ("envfleet.native.torch_backend:TorchEngine", ("device",)),
+    "torch": ("envfleet.native.torch_backend:torch_engine", ("device",)),
 }
 #: executor backend -> (executor class path, keyword options the backend takes)
 EXECUTOR_BACKENDS: dict[str, tuple[str, tuple[str, ...]]] = {

@@ -101,9 +101,10 @@ PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
 
 def on_episode_end(mode: AutoresetMode) -> str:
     """The one autoreset rule (Gymnasium 1.x): NEXT_STEP pends the reset to the env's next
-    step, SAME_STEP resets at once, DISABLED leaves it to the caller. The torch engine applies
-    it to its batch, the executors to each env (``EnvGroup``) and to every env of a lost share
-    (``ShareFleet``); the driver compiles the same rule for numba and cuda."""
+    step, SAME_STEP resets at once, DISABLED leaves it to the caller. The driver runs it over
+    a batch (``driver.make_batch_driver``: the torch and MuJoCo engines) and compiles it
+    for numba and cuda; the executors apply it to each env (``EnvGroup``) and to every env of
+    a lost share (``ShareFleet``)."""
     return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)
 
 
@@ -236,16 +237,26 @@ class VectorContract(VectorEnv):
 
     A subclass sets ``num_envs``, ``autoreset_mode``, ``_initial_seed`` (the first reset's seed
     when none is given), ``_has_reset = False`` and ``_failure = None`` (why a reset is needed
-    again, if a call failed), and says when it is closed (``_is_closed``).
+    again, if a call failed), ``_closed = True`` when its ``close_extras`` released it (it may
+    add its own reasons in ``_is_closed``), and ``copy`` (whether outputs are copies, ``_out``).
     """
 
     _has_reset: bool = False
     _failure: str | None = None
     _initial_seed: int | None = None
+    _closed: bool = False
+    copy: bool = True
 
     def _is_closed(self) -> bool:
         """Whether ``close()`` ran (a subclass may add its own reasons)."""
-        return bool(getattr(self, "closed", False))
+        return self._closed or self.closed
+
+    def _out(self, array: Any) -> Any:
+        """An output buffer as the caller gets it: its copy, or itself with ``copy=False``."""
+        return array.copy() if self.copy else array
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.env_id}, num_envs={self.num_envs})"
 
     def _check_open(self) -> None:
         """Refuse any call after ``close()`` (``ClosedEnvError``, worded alike everywhere)."""
@@ -260,6 +271,17 @@ class VectorContract(VectorEnv):
             raise RuntimeError(
                 f"call reset() before {what}()" if self._failure is None else
                 f"a previous call failed ({self._failure}): call reset() before {what}()")
+
+    def _mask_only(self, seed: Any, options: dict[str, Any] | None
+                   ) -> tuple[Any, np.ndarray | None]:
+        """``_reset_rules`` for an env whose only reset option is ``reset_mask`` (any other
+        option refused)."""
+        options = dict(options or {})
+        mask = options.pop("reset_mask", None)
+        if options:
+            raise ValueError(f"unknown reset options {sorted(options)}; supported: "
+                             f"'reset_mask'")
+        return self._reset_rules(seed, mask)
 
     def _reset_rules(self, seed: Any, mask: Any) -> tuple[Any, np.ndarray | None]:
         """(seed, mask) of a ``reset(seed=, options={"reset_mask": mask})`` after the rules:

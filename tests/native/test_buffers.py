@@ -76,10 +76,10 @@ def test_chess_masks_are_declared_state_columns():
 
 def test_the_torch_engine_carves_the_declared_buffers_from_one_arena():
     torch = pytest.importorskip("torch")
-    from envfleet.native.torch_backend import TorchEngine, state_dtype, torch_dtype
+    from envfleet.native.torch_backend import state_dtype, torch_dtype, torch_engine
 
     n = 5
-    engine = TorchEngine(CARTPOLE, n, NEXT_STEP, CARTPOLE.make_params(), 10)
+    engine = torch_engine(CARTPOLE, n, NEXT_STEP, CARTPOLE.make_params(), 10)
     arrays = {"obs": engine.obs, "final_obs": engine.final_obs, "rewards": engine.rewards,
               "terminated": engine.terminated, "truncated": engine.truncated,
               "pending": engine.pending, "seeds": engine.rng[0], "episodes": engine.rng[1],

@@ -38,7 +38,7 @@ from envfleet.native.spec import NativeEnvSpec
 torch = pytest.importorskip("torch")
 from torch.utils._python_dispatch import TorchDispatchMode  # noqa: E402
 
-from envfleet.native.torch_backend import TorchEngine  # noqa: E402
+from envfleet.native.torch_backend import TorchEngine, torch_engine  # noqa: E402
 from tests.cuda_helpers import StepOps, reads_back  # noqa: E402
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -267,7 +267,7 @@ MODE_CODES = {"NextStep": NEXT_STEP, "SameStep": SAME_STEP, "Disabled": DISABLED
 
 def drift_engines(mode: str, n: int = 16) -> tuple[NumbaEngine, TorchEngine]:
     args = (DRIFT, n, MODE_CODES[mode], drift_params(), DRIFT.max_episode_steps)
-    a, b = NumbaEngine(*args, num_threads=1), TorchEngine(*args)
+    a, b = NumbaEngine(*args, num_threads=1), torch_engine(*args)
     seeds = np.arange(n, dtype=np.uint64) * np.uint64(0x9E3779B97F4A7C15)  # high bits set
     a.reset(None, seeds)
     b.reset(None, seeds)
@@ -310,7 +310,7 @@ def refused_message(engine, actions) -> str:
 
 def cartpole_engines(mode: int = NEXT_STEP, n: int = 8):
     args = (CARTPOLE, n, mode, CARTPOLE.make_params(), 30)
-    a, b = NumbaEngine(*args, num_threads=1), TorchEngine(*args)
+    a, b = NumbaEngine(*args, num_threads=1), torch_engine(*args)
     for engine in (a, b):
         engine.reset(None, np.arange(n, dtype=np.uint64))
     return a, b
@@ -497,7 +497,7 @@ def test_on_a_gpu_steps_replay_captured_graphs_with_cpu_dynamics(mode: str) -> N
 
     n = 64
     args = (CARTPOLE, n, MODE_CODES[mode], CARTPOLE.make_params(), 12)
-    a, b = NumbaEngine(*args, num_threads=1), TorchEngine(*args, device="cuda")
+    a, b = NumbaEngine(*args, num_threads=1), torch_engine(*args, device="cuda")
     seeds = np.arange(n, dtype=np.uint64)
     a.reset(None, seeds)
     b.reset(None, seeds)
@@ -552,10 +552,10 @@ def test_on_a_gpu_every_family_steps_and_rolls_out_from_graphs(env_id: str, mode
 
 
 def test_device_argument() -> None:
-    engine = TorchEngine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10,
+    engine = torch_engine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10,
                          device=torch.device("cpu"))
     assert engine.obs.device == torch.device("cpu")
-    assert TorchEngine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10).device.type == "cpu"
+    assert torch_engine(CARTPOLE, 2, NEXT_STEP, CARTPOLE.make_params(), 10).device.type == "cpu"
     for bad in ("gpu", "cpu:x", 3.5, True, ["cpu"]):
         with pytest.raises(ValueError, match="device"):
             envfleet.make("CartPole-v1", 2, backend="torch", device=bad)
@@ -827,8 +827,8 @@ def test_a_step_failing_part_way_refuses_steps_until_a_full_reset() -> None:
     import dataclasses
 
     spec = dataclasses.replace(CARTPOLE, step_torch=exploding_step)
-    engine = TorchEngine(spec, 4, NEXT_STEP, spec.make_params(), 10)
-    twin = TorchEngine(CARTPOLE, 4, NEXT_STEP, spec.make_params(), 10)
+    engine = torch_engine(spec, 4, NEXT_STEP, spec.make_params(), 10)
+    twin = torch_engine(CARTPOLE, 4, NEXT_STEP, spec.make_params(), 10)
     ones = np.ones(4, dtype=np.int64)
     explode = True
     for e in (engine, twin):
@@ -859,7 +859,7 @@ def test_wide_unsigned_state_columns_are_held_as_signed_bits() -> None:
     state = {"pos": (np.float64, (2,)), "bits": (np.uint64, ()), "small": (np.uint8, (3,)),
              "half": (np.uint32, ())}
     spec = dataclasses.replace(DRIFT, state=state)
-    engine = TorchEngine(spec, 3, SAME_STEP, drift_params(), 5)
+    engine = torch_engine(spec, 3, SAME_STEP, drift_params(), 5)
     dtypes = {name: column.dtype for name, column in engine.state._asdict().items()}
     assert dtypes == {"pos": torch.float64, "bits": torch.int64, "small": torch.uint8,
                       "half": torch.int32}

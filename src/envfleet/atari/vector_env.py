@@ -169,7 +169,6 @@ class AtariVectorEnv(VectorContract):
         self._initial_seed = (check_seed(seed, count=self.num_envs) if seed is not None
                               else int(np.random.SeedSequence().entropy) % 2**63)
         self._has_reset = False
-        self._closed = False
         self._info_true = np.ones(self.num_envs, dtype=np.bool_)
 
     def reset(self, *, seed: int | Sequence[int] | None = None,
@@ -177,12 +176,7 @@ class AtariVectorEnv(VectorContract):
         """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``
         (as ``AtariEnv.reset(seed=)``: the emulator reloaded and reseeded)."""
         self._check_open()
-        options = dict(options or {})
-        mask = options.pop("reset_mask", None)
-        if options:
-            raise ValueError(f"unknown reset options {sorted(options)}; supported: "
-                             f"'reset_mask'")
-        seed, mask = self._reset_rules(seed, mask)
+        seed, mask = self._mask_only(seed, options)
         seeds = None
         if seed is not None:
             seeds = env_seeds(seed, self.num_envs)
@@ -230,12 +224,3 @@ class AtariVectorEnv(VectorContract):
         if not self._closed:
             self._closed = True
             self.engine.close()
-
-    def _out(self, array: np.ndarray) -> np.ndarray:
-        return array.copy() if self.copy else array
-
-    def _is_closed(self) -> bool:
-        return self._closed
-
-    def __repr__(self) -> str:
-        return f"AtariVectorEnv({self.env_id}, num_envs={self.num_envs})"

@@ -24,14 +24,17 @@ from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
 from envfleet.contract import (
+    WAIT,
     VectorContract,
     check_make_arguments,
     check_seed,
     dtype_kind,
     env_seeds,
     needs_reset_error,
+    on_episode_end,
 )
 from envfleet.mujoco import kernels as k
+from envfleet.native.driver import make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
 
@@ -303,9 +306,13 @@ class MujocoVectorEnv(VectorContract):
         #: NEXT_STEP: reset on the next step; DISABLED: must be reset before the next step
         self.pending = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
-        self.needs_reset = np.zeros(num_envs, np.bool_)
+        #: the contract's autoreset rule, run around the compiled loop by the batched driver
+        self.rule = on_episode_end(autoreset_mode)
+        self._begin, self._end = make_batch_driver(
+            self.rule, self.rewards, self.terminated, self.truncated,
+            np.zeros(num_envs, np.bool_), self.pending, _any_rows, self._keep_final,
+            self._reset_rows_now)
         self._has_reset = False
-        self._closed = False
 
     def _make_humanoid_params(self) -> np.ndarray:
         """``kernels.humanoid_step``'s params (Humanoid's or HumanoidStandup's weights)."""
@@ -457,7 +464,7 @@ class MujocoVectorEnv(VectorContract):
         return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
                                data.qvel.flatten()[:2], vec[:2]])
 
-    def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None) -> None:
+    def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None = None) -> None:
         for i in np.flatnonzero(rows):
             self._reset_one(int(i), None if seeds is None else seeds[i])
 
@@ -476,17 +483,11 @@ class MujocoVectorEnv(VectorContract):
         """Reset all envs (or those in ``options["reset_mask"]``); env i gets ``seed + i``
         (``np_random`` reseeded as ``Env.reset(seed=)``)."""
         self._check_open()
-        options = dict(options or {})
-        mask = options.pop("reset_mask", None)
-        if options:
-            raise ValueError(f"unknown reset options {sorted(options)}; supported: "
-                             f"'reset_mask'")
-        seed, mask = self._reset_rules(seed, mask)
+        seed, mask = self._mask_only(seed, options)
         rows = np.ones(self.num_envs, np.bool_) if mask is None else mask
         seeds = None if seed is None else env_seeds(seed, self.num_envs)
         self._reset_rows_now(rows, seeds)
         self.pending[rows] = False
-        self.needs_reset[rows] = False
         self._has_reset = True
         return self._out(self.obs), self._reset_info(rows)
 
@@ -508,8 +509,8 @@ class MujocoVectorEnv(VectorContract):
             i = int(np.flatnonzero(~finite)[0])
             raise ValueError(f"{self.env_id}: the action of env {i} is not finite: "
                              f"{batch[i].tolist()}")
-        if self.needs_reset.any():
-            raise needs_reset_error(int(np.flatnonzero(self.needs_reset)[0]))
+        if self.rule == WAIT and self.pending.any():
+            raise needs_reset_error(int(np.flatnonzero(self.pending)[0]))
         return np.ascontiguousarray(batch)
 
     def step(self, actions: Any) -> tuple[Any, Any, Any, Any, dict[str, Any]]:
@@ -530,20 +531,15 @@ class MujocoVectorEnv(VectorContract):
                 self._out(self.truncated), out)
 
     def step_batch(self, actions: Any) -> int:
-        """The engine's step (also ``rollout``'s): check the batch, reset the pending envs
-        (NEXT_STEP), step the others in the compiled loop, then SAME_STEP's resets (the step's
-        rewards and flags kept, ``final_obs`` and the final infos saved). Returns the number
-        of episodes that ended."""
+        """The engine's step (also ``rollout``'s): check the batch, then the batched driver
+        around the compiled loop: the pending envs reset (NEXT_STEP) and skipped by the loop,
+        the others stepped, then the ended envs pending, or (SAME_STEP) reset, the step's
+        rewards and flags kept, ``final_obs`` and the final infos saved. Returns the number of
+        episodes that ended."""
         batch = self.check_actions(actions)
         rows = self.was_reset
-        np.copyto(rows, self.pending)
-        if rows.any():
-            self._reset_rows_now(rows, None)
-            self.rewards[rows] = 0.0
-            self.terminated[rows] = False
-            self.truncated[rows] = False
-            self.pending[:] = False
-        info = self.info
+        np.copyto(rows, self.pending)  # NEXT_STEP's (DISABLED's were refused)
+        self._begin(rows if rows.any() else None)
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
@@ -553,21 +549,17 @@ class MujocoVectorEnv(VectorContract):
             ended = self._run(batch, weight, ~rows)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        if ended:
-            done = self.ended_mask()
-            if self.autoreset_mode is AutoresetMode.NEXT_STEP:
-                self.pending |= done
-            elif self.autoreset_mode is AutoresetMode.SAME_STEP:
-                self.final_obs.fill(0.0)
-                np.copyto(self.final_obs, self.obs, where=done[:, None])
-                self._final_info = {}
-                for key in self.family.info:
-                    self._final_info[key] = _where(done, info[key])
-                    self._final_info["_" + key] = done.copy()
-                self._reset_rows_now(done, None)
-            else:
-                self.needs_reset |= done
+        self._end()
         return int(ended)
+
+    def _keep_final(self, done: np.ndarray) -> None:
+        """SAME_STEP: the ended envs' final observations (the other rows zero) and infos."""
+        self.final_obs.fill(0.0)
+        np.copyto(self.final_obs, self.obs, where=done[:, None])
+        self._final_info = {}
+        for key in self.family.info:
+            self._final_info[key] = _where(done, self.info[key])
+            self._final_info["_" + key] = done.copy()
 
     def _run(self, batch: np.ndarray, weight: np.ndarray, active: np.ndarray) -> int:
         """The family's compiled loop over the ``active`` envs."""
@@ -627,15 +619,6 @@ class MujocoVectorEnv(VectorContract):
             self.datas = []
             self._datas = np.zeros(0, np.int64)
 
-    def _out(self, array: np.ndarray) -> np.ndarray:
-        return array.copy() if self.copy else array
-
-    def _is_closed(self) -> bool:
-        return self._closed
-
-    def __repr__(self) -> str:
-        return f"MujocoVectorEnv({self.env_id}, num_envs={self.num_envs})"
-
 
 
 #: model fields ``model_params`` refuses: they change what the engine computes once per batch
@@ -681,6 +664,11 @@ def _env_models(model: Any, num_envs: int, params: dict[str, Any]) -> list[Any]:
             getattr(target, name.removeprefix("opt."))[...] = array[i]
         models.append(own)
     return models
+
+
+def _any_rows(done: np.ndarray) -> np.ndarray | None:
+    """The ended envs as the batched driver's callbacks take them: the mask (None: none)."""
+    return done if done.any() else None
 
 
 def _where(rows: np.ndarray, values: np.ndarray) -> np.ndarray:

@@ -1,8 +1,11 @@
-"""The shared per-env driver: autoreset, time limits and action checks, written once.
+"""The shared driver: autoreset, time limits and action checks, written once, in two forms.
 
 ``make_driver`` wraps a family's ``reset_one`` / ``step_one`` into per-env functions that every
 compiled backend lifts unchanged (numba: a ``prange`` loop; CUDA: one thread per env). The
 autoreset mode is a compile-time constant, so each mode compiles to straight-line code.
+``make_batch_driver`` is the same rule over a whole batch (NumPy arrays or torch tensors, rows
+as indices or a bool mask): the torch engine's host and device routes and the MuJoCo engine
+run it around their batched steps.
 """
 
 from __future__ import annotations
@@ -15,7 +18,14 @@ import numpy as np
 from gymnasium import spaces
 from gymnasium.vector import AutoresetMode
 
-from envfleet.contract import describe_bad_action, needs_reset_error
+from envfleet.contract import (
+    PEND,
+    RESET_NOW,
+    begin_episodes,
+    describe_bad_action,
+    needs_reset_error,
+)
+from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
 from envfleet.native.spec import NativeEnvSpec
 
@@ -268,3 +278,58 @@ def _per_env_kernels(spec: NativeEnvSpec, state_of: Callable[..., Any],
             return family_check(i, state_of(state), row(params, state, i), actions)
 
     return reset_one, step_one, check
+
+
+# --- the batched driver: the same rule over a whole batch ---------------------------------------
+
+
+class BatchDriver(NamedTuple):
+    """The driver's rule over a whole batch (``make_batch_driver``), around an engine's
+    batched step: ``begin(due)`` (``Driver.begin``: NEXT_STEP's pending envs ``due``, None for
+    none, start their next episode; before the step, which skips them, or after it, written
+    over) and ``end()`` (``Driver.advance``'s end and ``Driver.finish``), which returns the
+    envs that ended (None: none)."""
+
+    begin: Callable[[Any], None]
+    end: Callable[[], Any]
+
+
+def make_batch_driver(rule: str, rewards: Any, terminated: Any, truncated: Any, done: Any,
+                      pending: Any, rows_of: Callable[[Any], Any],
+                      keep_final: Callable[[Any], None],
+                      reset: Callable[[Any], None]) -> BatchDriver:
+    """The contract's autoreset ``rule`` (``on_episode_end``) over an engine's batch buffers
+    (NumPy arrays or torch tensors), fixed when it is made as the scalar driver's mode is.
+
+    After a step, ``done`` (a buffer) gets which envs ended, and they are ``pending`` (NEXT_STEP:
+    reset on their next step; DISABLED: refused until reset), or, under SAME_STEP, keep their
+    final observation (``keep_final``) and start their next episode now (``reset``).
+    ``rows_of(done)`` names the ended envs as the engine's callbacks take them (indices for a
+    gathered reset, or the mask itself: no host read), None when none ended; ``begin_episodes``
+    writes a reset step's outputs for either form.
+    """
+    logical_or = tensor_math.namespace(done).logical_or
+
+    def begin(due: Any) -> None:
+        if due is not None:
+            reset(due)
+            begin_episodes(rewards, terminated, truncated, due)
+
+    def end_pending() -> Any:
+        ended = rows_of(logical_or(terminated, truncated, out=done))
+        pending[...] = done
+        return ended
+
+    def end_reset_now() -> Any:
+        ended = rows_of(logical_or(terminated, truncated, out=done))
+        if ended is not None:
+            keep_final(ended)
+            reset(ended)
+        return ended
+
+    return BatchDriver(begin if rule == PEND else _no_begin,
+                       end_reset_now if rule == RESET_NOW else end_pending)
+
+
+def _no_begin(due: Any) -> None:
+    """SAME_STEP and DISABLED: no env is pending at a step's start."""

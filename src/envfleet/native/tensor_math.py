@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import functools
 import math
+import sys
 import weakref
 from collections.abc import Callable
 from typing import Any
@@ -35,6 +36,14 @@ def on_host(x: Any) -> bool:
     if isinstance(x, np.ndarray):
         return True
     return HOST_NUMPY and x.device.type == "cpu"
+
+
+def namespace(x: Any) -> Any:
+    """The module whose functions compute on ``x``: NumPy for an array, torch for a tensor
+    (both spell ``logical_or(a, b, out=)``, ``greater_equal``...)."""
+    if isinstance(x, np.ndarray):
+        return np
+    return sys.modules["torch"]  # ``x`` is a tensor: torch is imported
 
 
 def host_arrays(values: tuple) -> tuple:

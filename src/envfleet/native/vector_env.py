@@ -271,9 +271,6 @@ class NativeVectorEnv(VectorContract):
     def _out(self, array: Any) -> Any:
         return self.engine.copy(array) if self.copy else array
 
-    def _is_closed(self) -> bool:
-        return self._closed
-
     def __repr__(self) -> str:
         return (f"NativeVectorEnv({self.native_spec.id}, num_envs={self.num_envs}, "
                 f"backend={self.backend!r})")
