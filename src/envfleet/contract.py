@@ -102,7 +102,7 @@ PEND, RESET_NOW, WAIT = "pend", "reset", "wait"
 def on_episode_end(mode: AutoresetMode) -> str:
     """The one autoreset rule (Gymnasium 1.x): NEXT_STEP pends the reset to the env's next
     step, SAME_STEP resets at once, DISABLED leaves it to the caller. The driver runs it over
-    a batch (``driver.make_batch_driver``: the torch and MuJoCo engines) and compiles it
+    a batch (``driver.make_batch_driver``: the torch, Atari and MuJoCo engines) and compiles it
     for numba and cuda; the executors apply it to each env (``EnvGroup``) and to every env of
     a lost share (``ShareFleet``)."""
     return {AutoresetMode.NEXT_STEP: PEND, AutoresetMode.SAME_STEP: RESET_NOW}.get(mode, WAIT)

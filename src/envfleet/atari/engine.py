@@ -32,7 +32,14 @@ from envfleet.atari.ale import (
     instance_pointer,
 )
 from envfleet.atari.kernels import FrameBuffers, compiled_resize_applies, kernels, resize_tables
-from envfleet.contract import check_action_batch, describe_bad_action, needs_reset_error
+from envfleet.contract import (
+    WAIT,
+    check_action_batch,
+    describe_bad_action,
+    needs_reset_error,
+    on_episode_end,
+)
+from envfleet.native.driver import MODE_CODES, make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, default_threads
 
 
@@ -140,7 +147,6 @@ class AtariEngine:
         self.lives = np.zeros(num_envs, np.int32)
         #: NEXT_STEP: reset on the next step; DISABLED: must be reset before the next step
         self.pending = np.zeros(num_envs, np.bool_)
-        self.needs_reset = np.zeros(num_envs, np.bool_)
         self.was_reset = np.zeros(num_envs, np.bool_)
         #: the step's rows whose stack restarts from their frame (reset) or shifts (stepped,
         #: or reset with the game going on: ``episodic_life``)
@@ -152,6 +158,12 @@ class AtariEngine:
         #: each env's ``np_random`` (no-op starts) and its next episode's no-op count
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.noops = np.zeros(num_envs, np.int64)
+        #: the contract's autoreset rule after the compiled step (NEXT_STEP's resets are in it)
+        self.rule = on_episode_end(next(m for m, code in MODE_CODES.items() if code == mode))
+        self._end = make_batch_driver(
+            self.rule, self.rewards, self.terminated, self.truncated,
+            np.zeros(num_envs, np.bool_), self.pending, _any_rows, self._keep_final,
+            self._new_episodes).end
         self._kernels = kernels()
         self.entry_points = ale_functions()
 
@@ -198,7 +210,6 @@ class AtariEngine:
             self._reset_unseeded(mask)
         self._next_noops(mask)
         self.pending[mask] = False
-        self.needs_reset[mask] = False
         self.game_over[mask] = False
         self.raw_rewards[mask] = 0.0
         self._observe(reset_rows=mask, step_rows=self._none)
@@ -215,8 +226,8 @@ class AtariEngine:
         if batch.min() < 0 or batch.max() >= self.codes.size:
             i = int(np.flatnonzero((batch < 0) | (batch >= self.codes.size))[0])
             raise ValueError(describe_bad_action(self.action_space, i, batch[i].item()))
-        if self.mode == 2 and self.needs_reset.any():  # (DISABLED)
-            raise needs_reset_error(int(np.flatnonzero(self.needs_reset)[0]))
+        if self.rule == WAIT and self.pending.any():
+            raise needs_reset_error(int(np.flatnonzero(self.pending)[0]))
         return np.ascontiguousarray(batch)
 
     def step(self, actions: Any) -> int:
@@ -241,19 +252,19 @@ class AtariEngine:
         if resets:
             self._next_noops(self.was_reset)
         self._observe(reset_rows=self._restacked, step_rows=self._stepped)
-        if ended:
-            done = self.ended_mask()
-            if self.mode == 0:  # NEXT_STEP
-                self.pending |= done
-            elif self.mode == 1:  # SAME_STEP: the last obs kept (other rows zero), reset now
-                self.final_obs.fill(0)
-                np.copyto(self.final_obs, self.obs, where=done[:, None, None, None])
-                self._reset_unseeded(done)
-                self._next_noops(done)
-                self._observe(reset_rows=done, step_rows=self._none)
-            else:
-                self.needs_reset |= done
+        self._end()
         return int(ended)
+
+    def _keep_final(self, done: np.ndarray) -> None:
+        """SAME_STEP: the ended envs' last observations (the other rows zero)."""
+        self.final_obs.fill(0)
+        np.copyto(self.final_obs, self.obs, where=done[:, None, None, None])
+
+    def _new_episodes(self, done: np.ndarray) -> None:
+        """SAME_STEP: the ended envs start their next episode now."""
+        self._reset_unseeded(done)
+        self._next_noops(done)
+        self._observe(reset_rows=done, step_rows=self._none)
 
     @property
     def adaptive(self) -> bool:
@@ -341,3 +352,8 @@ def _resize_tables(height: int, width: int, out_height: int, out_width: int,
         if not np.array_equal(ours, theirs.reshape(-1)):
             return none
     return tables
+
+
+def _any_rows(done: np.ndarray) -> np.ndarray | None:
+    """The ended envs as the batched driver's callbacks take them: the mask (None: none)."""
+    return done if done.any() else None
