@@ -18,8 +18,8 @@ from tests import test_readme
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "examples"
 #: the examples this module runs (each skipped where a module it imports is missing)
-RUN_HERE = ("cleanrl_ppo.py", "cleanrl_ppo_atari_envpool.py", "sb3_ppo.py",
-            "pettingzoo_chess.py", "tianshou_dqn.py", "torchrl_ppo.py")
+RUN_HERE = ("cleanrl_ppo.py", "cleanrl_ppo_atari_envpool.py", "cleanrl_ppo_continuous_action.py",
+            "sb3_ppo.py", "pettingzoo_chess.py", "tianshou_dqn.py", "torchrl_ppo.py")
 CLIENT_BLOCKS = test_readme.python_blocks([ROOT / "docs" / "CLIENTS.md"])
 #: examples run by another venv's tests (RLlib pins its own Gymnasium: scripts/test_rllib.sh)
 RUN_ELSEWHERE = {"rllib_ppo.py": "tests/rllib/test_rllib.py"}
@@ -110,6 +110,68 @@ def test_cleanrl_ppo_atari_envpool_swaps_only_the_env(tmp_path):
                                             re.MULTILINE)]
     assert returns and all(r == int(r) and r >= 0 for r in returns), out
     assert int(re.search(r"^lives_lost=(\d+)$", out, re.MULTILINE).group(1)) >= 4, out
+
+
+#: a stand-in for CleanRL's ppo_continuous_action.py, using the env the ways that script does
+#: (a SameStep SyncVectorEnv over make_env(env_id, idx, capture_video, run_name, gamma) thunks,
+#: Box actions from a Gaussian, unclipped; returns read from infos["final_info"]), with random
+#: actions for the policy; it prints what the script logs and the extremes the learner sees
+MUJOCO_CLIENT = """
+import gymnasium as gym
+import numpy as np
+
+
+def make_env(env_id, idx, capture_video, run_name, gamma):
+    def thunk():  # the example reads env_id and gamma from here, without calling it
+        env = gym.make(env_id, render_mode="rgb_array" if capture_video and idx == 0 else None)
+        return gym.wrappers.NormalizeReward(gym.wrappers.RecordEpisodeStatistics(env),
+                                            gamma=gamma)
+    return thunk
+
+
+envs = gym.vector.SyncVectorEnv([make_env("Hopper-v5", i, False, "run", 0.99) for i in range(2)],
+                                autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+assert isinstance(envs.single_action_space, gym.spaces.Box)
+next_obs, _ = envs.reset(seed=1)
+rng = np.random.default_rng(0)
+largest_obs = largest_reward = 0.0
+raw_returns = np.zeros(2)  # summed from Hopper's reward terms in the infos
+terms = ("reward_forward", "reward_ctrl", "reward_survive")
+for global_step in range(2, 802, 2):
+    action = rng.normal(0.0, 2.0, (2, *envs.single_action_space.shape))  # beyond the Box too
+    next_obs, reward, terminations, truncations, infos = envs.step(action)
+    largest_obs = max(largest_obs, float(np.abs(next_obs).max()))
+    largest_reward = max(largest_reward, float(np.abs(reward).max()))
+    raw_returns += sum(infos[k] for k in terms)
+    if "final_info" in infos:  # an ended episode's last terms are there (SameStep)
+        episodes_over = np.nonzero(infos["final_info"]["_episode"])[0]
+        last = sum(infos["final_info"][k] for k in terms) - sum(infos[k] for k in terms)
+        raw_returns[episodes_over] += last[episodes_over]
+        for i, r, l in zip(episodes_over, infos["final_info"]["episode"]["r"][episodes_over],
+                           infos["final_info"]["episode"]["l"][episodes_over]):
+            print(f"global_step={global_step}, episodic_return={r}, episodic_length={l}, "
+                  f"raw={raw_returns[i]}")
+        raw_returns[episodes_over] = 0.0
+print(f"largest_obs={largest_obs} largest_reward={largest_reward}")
+envs.close()
+"""
+
+
+def test_cleanrl_ppo_continuous_action_swaps_only_the_env(tmp_path):
+    """The runner puts envfleet's ``make`` where CleanRL's script builds its SyncVectorEnv:
+    the learner sees observations and rewards normalised and clipped to +-10, and CleanRL's
+    logging lines print the raw returns of whole episodes (the sums of Hopper's reward
+    terms, which its infos carry)."""
+    client = tmp_path / "client.py"
+    client.write_text(MUJOCO_CLIENT)
+    out = run_example("cleanrl_ppo_continuous_action.py", str(client), cwd=tmp_path)
+    episodes = [(float(r), float(raw)) for r, raw in re.findall(
+        r"^global_step=\d+, episodic_return=(\S+), episodic_length=\d+, raw=(\S+)$", out,
+        re.MULTILINE)]
+    assert len(episodes) >= 4, out
+    assert all(abs(r - raw) < 1e-6 * max(1.0, abs(raw)) for r, raw in episodes), episodes
+    largest = re.search(r"^largest_obs=(\S+) largest_reward=(\S+)$", out, re.MULTILINE)
+    assert 1.0 < float(largest.group(1)) <= 10.0 and float(largest.group(2)) <= 10.0, out
 
 
 def test_sb3_ppo_logs_episodes_and_evaluates(tmp_path):

@@ -129,15 +129,19 @@ def test_help_shows_each_presets_defaults(capsys):
                    "--gae-lambda", "--ent-coef", "--lr", "--clip-coef"):
         assert option in text
     minatar = "MinAtar/Breakout-v1 {0}, MinAtar/SpaceInvaders-v1 {0}, "
+    mujoco = "HalfCheetah-v5 {0}, Hopper-v5 {0}, "
     assert ("steps per env per rollout (default: CartPole-v1 32, Acrobot-v1 256, Pendulum-v1 "
             "1,024, MountainCarContinuous-v0 256, " + minatar.format(128)
-            + "Chess-v0 16, ALE/Breakout-v5 128, other ids 128)") in text
+            + "Chess-v0 16, ALE/Breakout-v5 128, " + mujoco.format("2,048")
+            + "other ids 128)") in text
     assert ("discount (default: CartPole-v1 0.98, Acrobot-v1 0.99, Pendulum-v1 0.9, "
             "MountainCarContinuous-v0 0.9999, " + minatar.format(0.99)
-            + "Chess-v0 0.99, ALE/Breakout-v5 0.99, other ids 0.99)") in text
+            + "Chess-v0 0.99, ALE/Breakout-v5 0.99, " + mujoco.format(0.99)
+            + "other ids 0.99)") in text
     assert ("(CartPole-v1 256, Acrobot-v1 64, Pendulum-v1 64, MountainCarContinuous-v0 256, "
             + minatar.format(1024)
-            + "Chess-v0 2048, ALE/Breakout-v5 256, other ids 256 samples)") in text
+            + "Chess-v0 2048, ALE/Breakout-v5 256, " + mujoco.format(64)
+            + "other ids 256 samples)") in text
     assert "Box actions get a Gaussian policy" in text
 
 

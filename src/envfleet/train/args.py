@@ -58,6 +58,12 @@ class Args:
     """normalise observations with running mean/std (kept in the saved model)"""
     norm_reward: bool = False
     """scale rewards by the running std of the discounted return"""
+    norm_each_step: bool = False
+    """normalise step by step as CleanRL's Gymnasium wrappers do (``NormalizeObservation``,
+    ``NormalizeReward``, then clipping to +-10): every step's observations update the
+    statistics before the policy sees them, the rollout keeps them as the policy saw them, and
+    each reward is scaled by its step's return std (off: statistics once per rollout, one scale
+    for its rewards, unclipped)"""
     hidden_sizes: tuple[int, ...] = (64, 64)
     """hidden layers of the actor and of the critic"""
     legal_logits: bool = False

@@ -37,20 +37,38 @@ class RewardScaler:
         self.gamma, self.ret = gamma, np.zeros(num_envs)
         self.count, self.mean, self.var = 1e-4, 0.0, 1.0
 
+    def _fold(self, returns: np.ndarray) -> None:
+        """Fold a step's discounted returns (one per env that stepped) into the statistics."""
+        if returns.size:
+            n, m, v = returns.size, returns.mean(), returns.var()
+            delta, total = m - self.mean, self.count + n
+            self.mean += delta * n / total
+            self.var = (self.var * self.count + v * n + delta**2 * self.count * n / total) \
+                / total
+            self.count = total
+
     def observe(self, rewards: np.ndarray, ended: np.ndarray, valid: np.ndarray) -> float:
         """Feed a rollout's rewards; return the scale for them (1 / std)."""
         for t in range(rewards.shape[0]):
             self.ret = np.where(valid[t], self.ret * self.gamma + rewards[t], self.ret)
-            x = self.ret[valid[t]]
-            if x.size:
-                n, m, v = x.size, x.mean(), x.var()
-                delta, total = m - self.mean, self.count + x.size
-                self.mean += delta * n / total
-                self.var = (self.var * self.count + v * n + delta**2 * self.count * n / total) \
-                    / total
-                self.count = total
+            self._fold(self.ret[valid[t]])
             self.ret[ended[t]] = 0.0
         return 1.0 / math.sqrt(self.var + 1e-8)
+
+    def observe_each_step(self, rewards: np.ndarray, terminated: np.ndarray,
+                          valid: np.ndarray) -> np.ndarray:
+        """Feed a rollout's rewards; return each step's scale ``(num_steps, num_envs)``, the
+        one Gymnasium's ``NormalizeReward`` divides that step's reward by: the return is
+        discounted across truncations and restarts at a terminated step (with its reward),
+        and folded in before the step is scaled. NEXT_STEP's reset steps (not ``valid``) are
+        no steps of an env: they change nothing."""
+        scales = np.empty(rewards.shape)
+        for t in range(rewards.shape[0]):
+            carried = self.gamma * (1.0 - terminated[t])
+            self.ret = np.where(valid[t], self.ret * carried + rewards[t], self.ret)
+            self._fold(self.ret[valid[t]])
+            scales[t] = 1.0 / math.sqrt(self.var + 1e-8)
+        return scales
 
 
 @dataclass
@@ -64,6 +82,7 @@ class Bookkeeping:
     ep_return: np.ndarray | torch.Tensor
     recent: deque
     reward_scaler: RewardScaler | None
+    each_step: bool = False  # ``norm_each_step``: a reward scale per step
 
     @classmethod
     def new(cls, args: Any, device: torch.device | None = None) -> Bookkeeping:
@@ -75,11 +94,11 @@ class Bookkeeping:
         else:  # float64 as NumPy's, where the device has it (MPS does not)
             dtype = torch.float32 if device.type == "mps" else torch.float64
             ep_return = torch.zeros(args.num_envs, dtype=dtype, device=device)
-        return cls(ep_return, deque(maxlen=100), scaler)
+        return cls(ep_return, deque(maxlen=100), scaler, args.norm_each_step)
 
-    def observe(self, buf: Any) -> float:
+    def observe(self, buf: Any) -> float | torch.Tensor:
         """Count the rollout's (a ``ppo.Rollout``) ended episodes; return the reward scale for
-        ``update``."""
+        ``update`` (``each_step``: each step's, a tensor on the rollout's device)."""
         if isinstance(self.ep_return, torch.Tensor):
             ended_returns, self.ep_return = episode_returns(buf.rewards, buf.ended,
                                                             self.ep_return)
@@ -97,6 +116,10 @@ class Bookkeeping:
                     self.ep_return[ended[t]] = 0.0
             if self.reward_scaler is None:
                 return 1.0
+        if self.each_step:
+            scales = self.reward_scaler.observe_each_step(
+                rewards, buf.terminated.cpu().numpy(), buf.valid.cpu().numpy())
+            return torch.as_tensor(scales, dtype=buf.rewards.dtype, device=buf.rewards.device)
         return self.reward_scaler.observe(rewards, ended, buf.valid.cpu().numpy())
 
 

@@ -60,6 +60,10 @@ def nature_cnn(obs_shape: tuple[int, ...]) -> nn.Sequential:
     return net
 
 
+#: normalised observations are clipped to +-this (CleanRL's and SB3's VecNormalize's 10)
+OBS_CLIP = 10.0
+
+
 class RunningMeanStd(nn.Module):
     """Running mean and variance of a stream of batches (buffers: saved with the model)."""
 
@@ -129,7 +133,21 @@ class ActorCritic(nn.Module):
         """Encoded observations, normalised when asked (the CNN's features of frames / 255)."""
         if self.network is not None:
             return self.network(obs.float() / 255.0)
+        return self.normalize(self.encode(obs))
+
+    def normalize(self, x: torch.Tensor) -> torch.Tensor:
+        """Encoded observations ``x`` normalised by the running statistics and clipped to
+        +-``OBS_CLIP`` (as they are without statistics)."""
+        if self.obs_rms is None:
+            return x
+        return ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(
+            -OBS_CLIP, OBS_CLIP)
+
+    def observe(self, obs: torch.Tensor) -> torch.Tensor:
+        """Fold a batch of observations into the running statistics, then their normalised
+        features: CleanRL's ``NormalizeObservation`` (every observation counts before it is
+        normalised, the reset ones too)."""
         x = self.encode(obs)
         if self.obs_rms is not None:
-            x = ((x - self.obs_rms.mean) / torch.sqrt(self.obs_rms.var + 1e-8)).clamp(-10, 10)
-        return x
+            self.obs_rms.update(x)
+        return self.normalize(x)

@@ -149,12 +149,15 @@ def make_optimizer(agent: Agent, args: Args) -> torch.optim.Optimizer:
 
 
 class Rollout:
-    """Preallocated ``(num_steps, num_envs, ...)`` storage, plus the carried-over env state."""
+    """Preallocated ``(num_steps, num_envs, ...)`` storage, plus the carried-over env state.
+    ``normalized``: ``obs`` holds the policy's inputs, normalised as they were when it acted
+    (``Args.norm_each_step``), not the env's observations."""
 
     def __init__(self, num_steps: int, num_envs: int, obs_shape: tuple[int, ...],
                  action_shape: tuple[int, ...], action_dtype: torch.dtype,
-                 mask_size: int | None, device: torch.device) -> None:
+                 mask_size: int | None, device: torch.device, normalized: bool = False) -> None:
         t, n = num_steps, num_envs
+        self.normalized = normalized
         self.obs = torch.zeros((t + 1, n, *obs_shape), device=device)  # [t] = obs before step t
         self.actions = torch.zeros((t, n, *action_shape), dtype=action_dtype, device=device)
         self.rewards = torch.zeros((t, n), device=device)
@@ -169,11 +172,20 @@ class Rollout:
 
 def make_rollout(args: Args, agent: Agent, info: dict[str, Any], device: torch.device
                  ) -> Rollout:
-    """Storage on ``device`` for ``agent``'s observations, actions and (``info`` has them) masks."""
+    """Storage on ``device`` for ``agent``'s observations (normalised ones:
+    ``normalizes_each_step``), actions and (``info`` has them) masks."""
     mask = info.get("action_mask")
-    return Rollout(args.num_steps, args.num_envs, agent.obs_shape, agent.action_shape,
-                   torch.long if agent.discrete else torch.float32,
-                   None if mask is None else int(np.prod(mask.shape[1:])), device)
+    normalized = normalizes_each_step(agent, args)
+    return Rollout(args.num_steps, args.num_envs,
+                   tuple(agent.obs_rms.mean.shape) if normalized else agent.obs_shape,
+                   agent.action_shape, torch.long if agent.discrete else torch.float32,
+                   None if mask is None else int(np.prod(mask.shape[1:])), device, normalized)
+
+
+def normalizes_each_step(agent: Agent, args: Args) -> bool:
+    """Whether the rollout normalises observations step by step (``Args.norm_each_step`` with
+    running statistics on an MLP's inputs) and keeps them normalised."""
+    return args.norm_each_step and agent.obs_rms is not None and agent.network is None
 
 
 @torch.inference_mode()
@@ -184,22 +196,29 @@ def collect(env: Any, agent: Agent, buf: Rollout, next_obs: Any, next_info: dict
 
     ``next_obs`` / ``next_info`` are what the last step (or reset) returned; the ones after this
     rollout are returned. ``torch_actions``: the env takes tensors (torch / cuda backends).
+    ``buf.normalized``: each step's observations update the agent's statistics and are kept
+    normalised (``next_obs`` are already counted in them).
     """
     device = buf.obs.device
     t0 = time.perf_counter()
-    buf.obs[0].copy_(as_tensor(next_obs, device))
+    if buf.normalized:
+        buf.obs[0].copy_(agent.normalize(agent.encode(as_tensor(next_obs, device))))
+    else:
+        buf.obs[0].copy_(as_tensor(next_obs, device))
     if buf.masks is not None:
         buf.masks[0].copy_(action_mask(next_info, device))
     for step in range(buf.actions.shape[0]):
         mask = None if buf.masks is None else buf.masks[step]
-        action = agent.sample(agent.features(buf.obs[step]), mask)
+        x = buf.obs[step] if buf.normalized else agent.features(buf.obs[step])
+        action = agent.sample(x, mask)
         buf.actions[step] = action  # unclipped; the env gets it clipped into its Box
         buf.valid[step] = ~buf.prev_ended
         action = env_actions(action, action_bounds, torch_actions)  # (CUDA: synchronised)
         t0 = clock.add("inference", t0)
         obs, reward, terminated, truncated, info = env.step(action)
         t0 = clock.add("env", t0)
-        buf.obs[step + 1].copy_(as_tensor(obs, device))
+        obs_t = as_tensor(obs, device)
+        buf.obs[step + 1].copy_(agent.observe(obs_t) if buf.normalized else obs_t)
         buf.rewards[step].copy_(as_tensor(reward, device))
         term = as_tensor(terminated, device)
         buf.terminated[step] = term
@@ -215,8 +234,11 @@ def collect(env: Any, agent: Agent, buf: Rollout, next_obs: Any, next_info: dict
 
 
 def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lambda: float,
-                       reward_scale: float = 1.0) -> torch.Tensor:
+                       reward_scale: float | torch.Tensor = 1.0,
+                       reward_clip: float | None = None) -> torch.Tensor:
     """GAE advantages ``(num_steps, num_envs)``; ``values`` holds V of ``buf.obs`` (T + 1 rows).
+    The rewards learnt from: ``buf.rewards`` times ``reward_scale`` (one factor, or each step's:
+    ``(num_steps, num_envs)``), clipped to +-``reward_clip`` when given.
 
     After an ended step t, step t+1 is NEXT_STEP's reset step: (1 - ended[t]) cuts the
     recursion there (the reset step's own entry is never used: it is masked out of the loss).
@@ -225,6 +247,8 @@ def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lam
     """
     num_steps, num_envs = buf.rewards.shape
     rewards = buf.rewards * reward_scale
+    if reward_clip is not None:
+        rewards = rewards.clamp(-reward_clip, reward_clip)
     not_term = (~buf.terminated).float()
     not_ended = (~buf.ended).float()
     deltas = rewards + gamma * values[1:] * not_term - values[:-1]
@@ -235,6 +259,10 @@ def compute_advantages(buf: Rollout, values: torch.Tensor, gamma: float, gae_lam
     return advantages
 
 
+#: normalised rewards are clipped to +-this with ``Args.norm_each_step`` (CleanRL's 10)
+REWARD_CLIP = 10.0
+
+
 def rows(t: torch.Tensor | None, index: torch.Tensor | None) -> torch.Tensor | None:
     """``t``'s rows at ``index`` (all of them for None; None for no ``t``): ``index_select``,
     ~4x faster on CPU than ``t[index]`` for a minibatch of observations."""
@@ -242,24 +270,27 @@ def rows(t: torch.Tensor | None, index: torch.Tensor | None) -> torch.Tensor | N
 
 
 def update(agent: Agent, optimizer: torch.optim.Optimizer, buf: Rollout, args: Args,
-           reward_scale: float, generator: torch.Generator, epochs: int | None = None
-           ) -> dict[str, float]:
+           reward_scale: float | torch.Tensor, generator: torch.Generator,
+           epochs: int | None = None) -> dict[str, float]:
     """GAE over the rollout, then ``update_epochs`` passes of clipped-PPO minibatch steps
     (fewer when ``target_kl`` stops them; exactly ``epochs`` when given: the ideal loop
     repeats the real update's count). ``stats["minibatch_steps"]``: gradient steps taken."""
     num_steps, num_envs = buf.rewards.shape
     with torch.no_grad():
-        if agent.obs_rms is not None:  # update the statistics, then use them for the update
+        if agent.obs_rms is not None and not buf.normalized:  # update, then use them
             seen = buf.obs[:num_steps].flatten(0, 1)[buf.valid.flatten()]
             agent.obs_rms.update(agent.encode(seen))
-        x_all = agent.features(buf.obs.flatten(0, 1))
+        x_all = buf.obs.flatten(0, 1) if buf.normalized else agent.features(
+            buf.obs.flatten(0, 1))
         values = agent.get_value(x_all).view(num_steps + 1, num_envs)
         x = x_all[: num_steps * num_envs]
         actions = buf.actions.flatten(0, 1)
         masks = None if buf.masks is None else buf.masks[:num_steps].flatten(0, 1)
         old_logprobs, _, _ = agent.get_action_and_value(x, actions, masks)
 
-        advantages = compute_advantages(buf, values, args.gamma, args.gae_lambda, reward_scale)
+        reward_clip = REWARD_CLIP if args.norm_reward and args.norm_each_step else None
+        advantages = compute_advantages(buf, values, args.gamma, args.gae_lambda, reward_scale,
+                                        reward_clip)
         returns = advantages + values[:-1]
 
         # keep transitions only: the reset steps never enter the loss
@@ -383,6 +414,8 @@ def train(args: Args, on_progress: Callable[[Progress], None] | None = None,
     warm_up(agent, device, bounds, torch_actions, (env, next_obs, next_info),
             (eval_env, *eval_env.reset()))
     next_obs, next_info = env.reset(seed=args.seed)
+    if buf.normalized:  # the reset observations count, as NormalizeObservation's reset does
+        agent.observe(as_tensor(next_obs, device))
     ideal = ideal_loop(agent, args, next_info, bounds, torch_actions) if args.ideal_every else None
     compile_s = time.perf_counter() - t_build
 
