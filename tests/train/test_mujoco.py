@@ -11,14 +11,14 @@ import torch
 
 from envfleet.cli import main
 from envfleet.mujoco import MujocoVectorEnv
-from envfleet.train import checkpoint, cli, envs, ppo
+from envfleet.train import checkpoint, envs, ppo, presets
 
 pytest.importorskip("mujoco")
 
 
 @pytest.mark.parametrize("env_id", ["HalfCheetah-v5", "Hopper-v5"])
 def test_presets_are_cleanrls_ppo_continuous_action(env_id):
-    settings = cli.preset(env_id)
+    settings = presets.preset(env_id)
     assert settings | {"num_envs": 1, "num_steps": 2048, "num_minibatches": 32,
                        "update_epochs": 10, "learning_rate": 3e-4, "gamma": 0.99,
                        "gae_lambda": 0.95, "clip_coef": 0.2, "clip_vloss": True,
@@ -31,7 +31,7 @@ def test_presets_are_cleanrls_ppo_continuous_action(env_id):
 
 
 def test_mujoco_ids_train_on_the_mujoco_engine():
-    assert cli.resolve_backend("HalfCheetah-v5", "auto") == "auto"
+    assert presets.resolve_backend("HalfCheetah-v5", "auto") == "auto"
     args = ppo.Args(env_id="Hopper-v5", num_envs=1, env_kwargs={"num_threads": 1})
     env = envs.make_envs(args, 1, 0)
     assert isinstance(env, MujocoVectorEnv)
