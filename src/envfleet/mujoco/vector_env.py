@@ -20,7 +20,6 @@ from typing import Any
 import numba
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -35,6 +34,7 @@ from envfleet.contract import (
     on_episode_end,
 )
 from envfleet.mujoco import kernels as k
+from envfleet.mujoco.resets import reset_env
 from envfleet.native.driver import make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
@@ -353,123 +353,9 @@ class MujocoVectorEnv(VectorContract):
             params[0] = s.get("healthy_reward", s.get("reward_dist_weight", 0.0))
         return params
 
-    # resets: Python per env, as MujocoEnv.reset + the family's reset_model
-    def _reset_one(self, i: int, seed: int | None) -> None:
-        """``env.reset(seed=seed)`` of env i: a new ``np_random`` when seeded, the noise
-        drawn in Gymnasium's order, ``set_state`` (``mj_forward``), the observation."""
-        mujoco, data = self.mujoco, self.datas[i]
-        if seed is not None or self.rngs[i] is None:
-            self.rngs[i], _ = seeding.np_random(seed)
-        rng = self.rngs[i]
-        mujoco.mj_resetData(self.models[i], data)
-        if self.family.qvel_noise == "reacher":
-            qpos, qvel = self._reacher_noise(rng)
-        elif self.family.qvel_noise == "pusher":
-            qpos, qvel = self._pusher_noise(rng)
-        else:
-            scale = self.settings["reset_noise_scale"]
-            qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
-            if self.family.qvel_noise == "normal":
-                if self.family.arm == k.DOUBLE_PENDULUM:
-                    qvel = self.init_qvel + rng.standard_normal(self.nv) * scale
-                else:
-                    qvel = self.init_qvel + scale * rng.standard_normal(self.nv)
-            else:
-                qvel = self.init_qvel + rng.uniform(low=-scale, high=scale, size=self.nv)
-        data.qpos[:] = qpos
-        data.qvel[:] = qvel
-        if self.model.na == 0:
-            data.act[:] = None
-        mujoco.mj_forward(self.models[i], data)
-        self.elapsed[i] = 0
-        if self.family.arm is not None:
-            self.obs[i] = self._arm_obs(data)
-            return
-        if self.family.humanoid:
-            self._humanoid_reset(i, data)
-            return
-        velocity = data.qvel.flatten()
-        if self.family.clip < np.inf:
-            velocity = np.clip(velocity, -self.family.clip, self.family.clip)
-        parts = [data.qpos.flatten()[self.skip:], velocity]
-        if self.contact == 2:
-            lo, hi = self.settings["contact_force_range"]
-            parts.append(np.clip(data.cfrc_ext, lo, hi)[1:].flatten())
-        self.obs[i] = np.concatenate(parts)
-        self.info["x_position"][i] = data.qpos[0]
-        self.info["y_position"][i] = data.qpos[1]
-        self.info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
-        self.info["z_distance_from_origin"][i] = data.qpos[1] - self.init_qpos[1]
-        self.elapsed[i] = 0
-
-    def _reacher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``ReacherEnv.reset_model``'s draws: joint noise, a goal drawn until inside the
-        0.2 disc, velocity noise; the goal's qpos set, its qvel zeroed."""
-        qpos = rng.uniform(low=-0.1, high=0.1, size=self.nq) + self.init_qpos
-        while True:
-            goal = rng.uniform(low=-0.2, high=0.2, size=2)
-            if np.linalg.norm(goal) < 0.2:
-                break
-        qpos[-2:] = goal
-        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
-        qvel[-2:] = 0
-        return qpos, qvel
-
-    def _humanoid_reset(self, i: int, data: Any) -> None:
-        """Humanoid's and HumanoidStandup's ``_get_obs`` and reset info of env i."""
-        parts = [data.qpos.flatten()[self.skip:], data.qvel.flatten()]
-        for on, value in zip(self._included, (data.cinert[1:], data.cvel[1:],
-                                              data.qfrc_actuator[6:], data.cfrc_ext[1:]),
-                             strict=True):
-            if on:
-                parts.append(value.flatten())
-        self.obs[i] = np.concatenate(parts)
-        info = self.info
-        info["x_position"][i], info["y_position"][i] = data.qpos[0], data.qpos[1]
-        info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
-        info["z_distance_from_origin"][i] = data.qpos[2] - self.init_qpos[2]
-        info["tendon_length"][i] = data.ten_length
-        info["tendon_velocity"][i] = data.ten_velocity
-
-    def _pusher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``PusherEnv.reset_model``'s draws: the object's position drawn until 0.17 from
-        the goal (at the origin), velocity noise; the object's and goal's qvel zeroed. (It
-        writes into its ``init_qpos``; only the entries every reset overwrites.)"""
-        qpos = self.init_qpos
-        goal = np.asarray([0, 0])
-        while True:
-            cylinder = np.concatenate([rng.uniform(low=-0.3, high=0, size=1),
-                                       rng.uniform(low=-0.2, high=0.2, size=1)])
-            if np.linalg.norm(cylinder - goal) > 0.17:
-                break
-        qpos[-4:-2] = cylinder
-        qpos[-2:] = goal
-        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
-        qvel[-4:] = 0
-        return qpos, qvel
-
-    def _arm_obs(self, data: Any) -> np.ndarray:
-        """The reset observation of InvertedPendulum, InvertedDoublePendulum, Reacher (their
-        ``_get_obs``)."""
-        arm = self.family.arm
-        if arm == k.PENDULUM:
-            return np.concatenate([data.qpos, data.qvel]).ravel()
-        if arm == k.DOUBLE_PENDULUM:
-            return np.concatenate([data.qpos[:1], np.sin(data.qpos[1:]), np.cos(data.qpos[1:]),
-                                   np.clip(data.qvel, -10, 10),
-                                   np.clip(data.qfrc_constraint, -10, 10)[:1]]).ravel()
-        if arm == k.PUSHER:
-            return np.concatenate([data.qpos.flatten()[:7], data.qvel.flatten()[:7],
-                                   data.body("tips_arm").xpos, data.body("object").xpos,
-                                   data.body("goal").xpos])
-        theta = data.qpos.flatten()[:2]
-        vec = data.body("fingertip").xpos - data.body("target").xpos
-        return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
-                               data.qvel.flatten()[:2], vec[:2]])
-
     def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None = None) -> None:
         for i in np.flatnonzero(rows):
-            self._reset_one(int(i), None if seeds is None else seeds[i])
+            reset_env(self, int(i), None if seeds is None else seeds[i])
 
     # the engine interface ``native.rollout`` drives: ``step`` -> episodes ended, buffers
     @property
