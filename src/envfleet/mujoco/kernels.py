@@ -26,7 +26,7 @@ from numba.extending import intrinsic
 #: the health check of a family (``step``'s ``health``)
 HEALTH_NONE, HEALTH_HOPPER, HEALTH_WALKER, HEALTH_ANT = 0, 1, 2, 3
 #: the C entry points ``functions`` holds (``function_addresses``)
-MJ_STEP, MJ_RNE_POST_CONSTRAINT, POW = range(3)
+MJ_STEP, MJ_RNE_POST_CONSTRAINT, POW, MJ_RESET_DATA, MJ_FORWARD = range(5)
 #: columns of ``at``, each env's addresses (``env_addresses``): its model (its own with per-env
 #: model parameters, else the batch's), its ``mjData`` and the data arrays the loops read
 (AT_MODEL, AT_DATA, AT_QPOS, AT_QVEL, AT_CTRL, AT_XY, AT_CFRC_EXT, AT_XPOS, AT_SITE_XPOS,
@@ -70,6 +70,8 @@ class MujocoFunctions(NamedTuple):
     #: libm's pow(double, double): NumPy's scalar ``v**2`` (not always ``v * v``), which
     #: LLVM would turn back into ``v * v`` if ``** 2.0`` were written in the loop
     pow: Any
+    reset_data: Any  # mj_resetData(const mjModel*, mjData*)
+    forward: Any  # mj_forward(const mjModel*, mjData*)
 
 
 @functools.cache
@@ -88,7 +90,7 @@ def mujoco_functions() -> MujocoFunctions:
                           f"MuJoCo engine needs the wheel's shared library")
     library = ctypes.CDLL(paths[0])
     functions = []
-    for name in ("mj_step", "mj_rnePostConstraint"):
+    for name in ("mj_step", "mj_rnePostConstraint", "mj_resetData", "mj_forward"):
         function = getattr(library, name)
         function.restype = None
         function.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -97,14 +99,15 @@ def mujoco_functions() -> MujocoFunctions:
     power = libm.pow
     power.restype = ctypes.c_double
     power.argtypes = [ctypes.c_double, ctypes.c_double]
-    return MujocoFunctions(*functions, power)
+    return MujocoFunctions(*functions[:2], power, *functions[2:])
 
 
 @functools.cache
 def function_addresses() -> np.ndarray:
     """``mujoco_functions``' entry points as addresses (indexed by ``MJ_STEP``,
-    ``MJ_RNE_POST_CONSTRAINT``, ``POW``): an int64 array is the one argument numba's dispatch
-    types in a fraction of a microsecond (a tuple of ctypes functions costs ~3 µs a call)."""
+    ``MJ_RNE_POST_CONSTRAINT``, ``POW``, ``MJ_RESET_DATA``, ``MJ_FORWARD``): an int64 array
+    is an argument numba's dispatch types in a fraction of a microsecond (a tuple of ctypes
+    functions costs ~3 µs a call)."""
     return np.array([ctypes.cast(function, ctypes.c_void_p).value
                      for function in mujoco_functions()], np.int64)
 
@@ -494,6 +497,23 @@ def _humanoid_step(functions: Any, at: Any, flags: Any, params: Any, actions: An
     return ended
 
 
+def _reset_physics(functions: Any, at: Any, rows: Any, qpos: Any, qvel: Any) -> None:
+    """The MuJoCo calls of ``MujocoEnv.reset`` for the envs ``rows``: ``mj_resetData``, then
+    ``set_state`` (qpos and qvel from the rows of ``qpos``, ``qvel``: the drawn reset state)
+    and ``mj_forward``."""
+    for r in range(rows.size):
+        i = rows[r]
+        model, data = at[i, AT_MODEL], at[i, AT_DATA]
+        call_model_data(functions[MJ_RESET_DATA], model, data)
+        target = numba.carray(f64_at(at[i, AT_QPOS]), qpos.shape[1])
+        for k in range(qpos.shape[1]):
+            target[k] = qpos[i, k]
+        target = numba.carray(f64_at(at[i, AT_QVEL]), qvel.shape[1])
+        for k in range(qvel.shape[1]):
+            target[k] = qvel[i, k]
+        call_model_data(functions[MJ_FORWARD], model, data)
+
+
 @functools.cache
 def _compiled(loop: Any) -> Any:
     """``loop`` compiled (parallel, nogil) on envfleet's kernel cache; MuJoCo's entry points
@@ -524,6 +544,11 @@ def humanoid_step() -> Any:
 def arm_step() -> Any:
     """``_arm_step``, compiled (``_compiled``)."""
     return _compiled(_arm_step)
+
+
+def reset_physics() -> Any:
+    """``_reset_physics``, compiled (``_compiled``)."""
+    return _compiled(_reset_physics)
 
 
 def addresses(arrays: list[np.ndarray]) -> np.ndarray:

@@ -1,6 +1,7 @@
-"""Resets of the MuJoCo engine: Python per env, as Gymnasium's ``MujocoEnv.reset`` and the
-family's ``reset_model`` (the noise drawn from the env's ``np_random`` in Gymnasium's order,
-``set_state``, ``mj_forward``), then the reset observation and info entries. ``env`` is the
+"""Resets of the MuJoCo engine, as Gymnasium's ``MujocoEnv.reset`` and the family's
+``reset_model``: the noise drawn per env in Python from the env's ``np_random`` in Gymnasium's
+order; ``mj_resetData``, ``set_state`` and ``mj_forward`` of all the reset envs in one compiled
+call; then the reset observation and info entries per env. ``env`` is the
 ``MujocoVectorEnv`` whose buffers they write (typed ``Any``: that module imports this one)."""
 
 from __future__ import annotations
@@ -13,14 +14,25 @@ from gymnasium.utils import seeding
 from envfleet.mujoco import kernels as k
 
 
-def reset_env(env: Any, i: int, seed: int | None) -> None:
-    """``env.reset(seed=seed)`` of env i: a new ``np_random`` when seeded, the noise
-    drawn in Gymnasium's order, ``set_state`` (``mj_forward``), the observation."""
-    mujoco, data = env.mujoco, env.datas[i]
+def reset_envs(env: Any, rows: np.ndarray, seeds: list[int | None] | None) -> None:
+    """``env.reset(seed=seeds[i])`` of the envs ``rows`` (a mask): per env a new
+    ``np_random`` when seeded and the noise drawn in Gymnasium's order; then the MuJoCo calls
+    of them all in one compiled call (``kernels.reset_physics``); then per env the
+    observation and the reset info entries."""
+    indices = np.flatnonzero(rows)
+    for i in indices:
+        _draw_state(env, int(i), None if seeds is None else seeds[i])
+    env._reset_physics(env._functions, env._at, indices, env._reset_qpos, env._reset_qvel)
+    for i in indices:
+        _reset_outputs(env, int(i), env.datas[i])
+
+
+def _draw_state(env: Any, i: int, seed: int | None) -> None:
+    """Env i's reset state (``reset_model``'s draws from its ``np_random``, reseeded when
+    ``seed`` is given or it has none yet) into row i of ``env._reset_qpos``, ``_reset_qvel``."""
     if seed is not None or env.rngs[i] is None:
         env.rngs[i], _ = seeding.np_random(seed)
     rng = env.rngs[i]
-    mujoco.mj_resetData(env.models[i], data)
     if env.family.qvel_noise == "reacher":
         qpos, qvel = _reacher_noise(env, rng)
     elif env.family.qvel_noise == "pusher":
@@ -35,11 +47,12 @@ def reset_env(env: Any, i: int, seed: int | None) -> None:
                 qvel = env.init_qvel + scale * rng.standard_normal(env.nv)
         else:
             qvel = env.init_qvel + rng.uniform(low=-scale, high=scale, size=env.nv)
-    data.qpos[:] = qpos
-    data.qvel[:] = qvel
-    if env.model.na == 0:
-        data.act[:] = None
-    mujoco.mj_forward(env.models[i], data)
+    env._reset_qpos[i] = qpos
+    env._reset_qvel[i] = qvel
+
+
+def _reset_outputs(env: Any, i: int, data: Any) -> None:
+    """Env i's reset observation and info entries from its reset ``data``; its step count 0."""
     env.elapsed[i] = 0
     if env.family.arm is not None:
         env.obs[i] = _arm_obs(env, data)

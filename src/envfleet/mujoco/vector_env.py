@@ -34,7 +34,7 @@ from envfleet.contract import (
     on_episode_end,
 )
 from envfleet.mujoco import kernels as k
-from envfleet.mujoco.resets import reset_env
+from envfleet.mujoco.resets import reset_envs
 from envfleet.native.driver import make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
@@ -296,6 +296,10 @@ class MujocoVectorEnv(VectorContract):
                               np.array([model.body_mass.sum() for model in self.models]),
                               self.info["tendon_length"], self.info["tendon_velocity"])
         self._active = np.zeros(num_envs, np.bool_)
+        #: the reset states drawn for ``kernels.reset_physics`` (``resets.reset_envs``)
+        self._reset_physics = k.reset_physics()
+        self._reset_qpos = np.zeros((num_envs, self.nq), np.float64)
+        self._reset_qvel = np.zeros((num_envs, self.nv), np.float64)
         #: ``_step_info``'s rows of ``kernels.INFO_KEYS`` and whether a reset reports each
         self._tendons = ("tendon_length", "tendon_velocity")
         keys = [key for key in family.info if key not in self._tendons]
@@ -354,8 +358,7 @@ class MujocoVectorEnv(VectorContract):
         return params
 
     def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None = None) -> None:
-        for i in np.flatnonzero(rows):
-            reset_env(self, int(i), None if seeds is None else seeds[i])
+        reset_envs(self, rows, seeds)
 
     # the engine interface ``native.rollout`` drives: ``step`` -> episodes ended, buffers
     @property
