@@ -6,7 +6,8 @@ Env i is, bit for bit, ``gymnasium.make(id, **kwargs)`` reset with ``seed + i``:
 model file, the same reset noise drawn from the same ``np_random`` stream in the same order,
 the same MuJoCo calls (``mj_step`` x ``frame_skip``, ``mj_rnePostConstraint``) and the same
 arithmetic for observations, rewards, termination, truncation (``TimeLimit``) and info
-entries. Python runs per env only at resets (the noise draws, ``mj_forward``).
+entries. Python runs per env only at resets (``resets``: the noise draws, the reset
+observation).
 """
 
 from __future__ import annotations
