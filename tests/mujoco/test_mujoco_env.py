@@ -45,6 +45,8 @@ def test_executors_keep_gymnasiums_env():
     (np.zeros((3, 3), np.int64), "must be float32 or float64"),
     (np.array([[0, 0, 0], [0, np.nan, 0], [0, 0, 0]], np.float32), "env 1 is not finite"),
     (np.array([[0, 0, 0], [0, 0, 0], [np.inf, 0, 0]]), "env 2 is not finite"),
+    (np.zeros((3, 3), ">f8"), "must be float32 or float64"),  # not the native byte order
+    (np.array([[np.inf, 0, 0], [-np.inf, 0, 0], [0, 0, 0]]), "env 0 is not finite"),
 ])
 def test_bad_actions_are_refused_and_nothing_moves(env, actions, words):
     before = [d.qpos.copy() for d in env.datas], env.elapsed.copy()
@@ -53,6 +55,11 @@ def test_bad_actions_are_refused_and_nothing_moves(env, actions, words):
     for data, qpos in zip(env.datas, before[0], strict=True):
         np.testing.assert_array_equal(data.qpos, qpos)
     np.testing.assert_array_equal(env.elapsed, before[1])
+
+
+def test_finite_actions_whose_sum_overflows_are_taken(env):
+    env.step(np.full((3, 3), 3e38, np.float32))  # the fast check's sum is inf: the full one
+    assert (env.elapsed == 1).all()
 
 
 def test_bad_action_in_a_rollout_names_the_step(env):

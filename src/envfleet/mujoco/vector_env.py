@@ -388,10 +388,11 @@ class MujocoVectorEnv(VectorContract):
         """The batch as a C-contiguous float array, or a ``ValueError`` naming the first env
         whose action is refused (wrong shape, not floats, NaN/inf; an env that must be reset
         first, DISABLED): checked whole, before any env moves. The common batch (a contiguous
-        float32/float64 array of the right shape whose sum is finite, so every entry is)
-        passes at once; any other goes through every check, in order."""
+        native float32/float64 array of the right shape whose sum is finite, so every entry
+        is) passes at once; any other goes through every check, in order."""
         if (type(actions) is np.ndarray and actions.shape == self.action_space.shape
-                and actions.dtype.char in "fd" and actions.flags.c_contiguous
+                and actions.dtype.char in "fd" and actions.dtype.isnative
+                and actions.flags.c_contiguous
                 and math.isfinite(actions.sum())
                 and not (self.rule == WAIT and self.pending.any())):
             return actions
