@@ -12,7 +12,6 @@ observation).
 
 from __future__ import annotations
 
-import math
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -388,12 +387,12 @@ class MujocoVectorEnv(VectorContract):
         """The batch as a C-contiguous float array, or a ``ValueError`` naming the first env
         whose action is refused (wrong shape, not floats, NaN/inf; an env that must be reset
         first, DISABLED): checked whole, before any env moves. The common batch (a contiguous
-        native float32/float64 array of the right shape whose sum is finite, so every entry
-        is) passes at once; any other goes through every check, in order."""
+        native float32/float64 array of the right shape, all finite) passes at once; any other
+        goes through every check, in order."""
         if (type(actions) is np.ndarray and actions.shape == self.action_space.shape
                 and actions.dtype.char in "fd" and actions.dtype.isnative
                 and actions.flags.c_contiguous
-                and math.isfinite(actions.sum())
+                and np.isfinite(actions).all()
                 and not (self.rule == WAIT and self.pending.any())):
             return actions
         batch = np.asarray(actions)
