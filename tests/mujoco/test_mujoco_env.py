@@ -3,6 +3,8 @@ model files, ``copy=False``, ``rollout``, SB3, thread counts, close."""
 
 from __future__ import annotations
 
+import warnings
+
 import numpy as np
 import pytest
 
@@ -45,6 +47,8 @@ def test_executors_keep_gymnasiums_env():
     (np.zeros((3, 3), np.int64), "must be float32 or float64"),
     (np.array([[0, 0, 0], [0, np.nan, 0], [0, 0, 0]], np.float32), "env 1 is not finite"),
     (np.array([[0, 0, 0], [0, 0, 0], [np.inf, 0, 0]]), "env 2 is not finite"),
+    (np.zeros((3, 3), ">f8"), "must be float32 or float64"),  # not the native byte order
+    (np.array([[np.inf, 0, 0], [-np.inf, 0, 0], [0, 0, 0]]), "env 0 is not finite"),
 ])
 def test_bad_actions_are_refused_and_nothing_moves(env, actions, words):
     before = [d.qpos.copy() for d in env.datas], env.elapsed.copy()
@@ -53,6 +57,13 @@ def test_bad_actions_are_refused_and_nothing_moves(env, actions, words):
     for data, qpos in zip(env.datas, before[0], strict=True):
         np.testing.assert_array_equal(data.qpos, qpos)
     np.testing.assert_array_equal(env.elapsed, before[1])
+
+
+def test_finite_actions_however_large_are_taken_without_warnings(env):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        env.step(np.full((3, 3), 3e38, np.float32))  # their sum would overflow
+    assert (env.elapsed == 1).all()
 
 
 def test_bad_action_in_a_rollout_names_the_step(env):

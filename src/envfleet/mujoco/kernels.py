@@ -1,5 +1,5 @@
 """The compiled step loop of the MuJoCo engine: a numba ``prange`` over envs that calls
-MuJoCo's C API (``mj_step``, ``mj_rnePostConstraint``; ctypes functions passed in as an
+MuJoCo's C API (``mj_step``, ``mj_rnePostConstraint``; their addresses passed in as an
 argument) on each env's ``mjData`` with the GIL released, then computes Gymnasium's v5
 observation, reward, termination and info entries from the env's ``mjData`` arrays
 (``locomotion_step``: HalfCheetah, Hopper, Walker2d, Swimmer, Ant; ``arm_step``: the
@@ -19,20 +19,30 @@ from typing import Any, NamedTuple
 
 import numba
 import numpy as np
+from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
 
 #: the health check of a family (``step``'s ``health``)
 HEALTH_NONE, HEALTH_HOPPER, HEALTH_WALKER, HEALTH_ANT = 0, 1, 2, 3
+#: the C entry points ``functions`` holds (``function_addresses``)
+MJ_STEP, MJ_RNE_POST_CONSTRAINT, POW, MJ_RESET_DATA, MJ_FORWARD = range(5)
+#: columns of ``at``, each env's addresses (``env_addresses``): its model (its own with per-env
+#: model parameters, else the batch's), its ``mjData`` and the data arrays the loops read
+(AT_MODEL, AT_DATA, AT_QPOS, AT_QVEL, AT_CTRL, AT_XY, AT_CFRC_EXT, AT_XPOS, AT_SITE_XPOS,
+ AT_QFRC_CONSTRAINT, AT_XIPOS, AT_CINERT, AT_CVEL, AT_QFRC_ACTUATOR, AT_TEN_LENGTH,
+ AT_TEN_VELOCITY) = range(16)
+#: ``flags`` every loop reads first: the model's sizes, ``frame_skip``, the time limit
+NQ, NV, NBODY, NTENDON, FRAME_SKIP, MAX_STEPS = range(6)
 #: ``params`` of the step: forward weight, dt, healthy reward, state range (Hopper), z range,
 #: angle range, the qvel clip of the observation, the initial qpos[1], the contact force range,
 #: the contact cost weight
 (FORWARD, DT, HEALTHY, STATE_LO, STATE_HI, Z_LO, Z_HI, ANGLE_LO, ANGLE_HI, CLIP, INIT_Z,
  CONTACT_LO, CONTACT_HI, CONTACT_WEIGHT) = range(14)
-#: ``flags`` of the step: qpos entries left out of the observation, velocity dimensions (1: x,
-#: 2: x and y), health check, terminate when unhealthy, contact forces: 0 none, 1 in the cost,
-#: 2 in the cost and the observation
-SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(5)
+#: ``locomotion_step``'s ``flags`` after the sizes: qpos entries left out of the observation,
+#: velocity dimensions (1: x, 2: x and y), health check, terminate when unhealthy, contact
+#: forces: 0 none, 1 in the cost, 2 in the cost and the observation
+SKIP, DIMENSIONS, HEALTH, TERMINATE, CONTACT = range(MAX_STEPS + 1, MAX_STEPS + 6)
 #: rows of the step's ``info`` (one per info entry, one column per env)
 INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "y_velocity",
              "reward_forward", "reward_ctrl", "reward_contact", "reward_survive",
@@ -41,14 +51,15 @@ INFO_KEYS = ("x_position", "y_position", "distance_from_origin", "x_velocity", "
 (X_POSITION, Y_POSITION, DISTANCE, X_VELOCITY, Y_VELOCITY, REWARD_FORWARD, REWARD_CTRL,
  REWARD_CONTACT, REWARD_SURVIVE, Z_DISTANCE, DISTANCE_PENALTY, VELOCITY_PENALTY,
  REWARD_DIST, REWARD_NEAR, REWARD_LINUP, REWARD_QUADCTRL, REWARD_IMPACT) = range(len(INFO_KEYS))
-#: ``humanoid_step``'s addresses per env (columns of ``at``), its ``params`` and ``flags``
-(AT_QPOS, AT_QVEL, AT_CTRL, AT_XIPOS, AT_CINERT, AT_CVEL, AT_QFRC_ACTUATOR, AT_CFRC_EXT,
- AT_TEN_LENGTH, AT_TEN_VELOCITY) = range(10)
+#: ``humanoid_step``'s ``params`` and ``flags`` (after the sizes)
 (H_FORWARD, H_DT, H_HEALTHY, H_Z_LO, H_Z_HI, H_CTRL_WEIGHT, H_CONTACT_WEIGHT, H_CONTACT_LO,
  H_CONTACT_HI, H_MASS, H_TIMESTEP, H_INIT_Z) = range(12)
-(H_STANDUP, H_SKIP, H_TERMINATE, H_CINERT, H_CVEL, H_QFRC, H_CFRC) = range(7)
+(H_STANDUP, H_SKIP, H_TERMINATE, H_CINERT, H_CVEL, H_QFRC, H_CFRC) = range(
+    MAX_STEPS + 1, MAX_STEPS + 8)
 #: the families of ``arm_step``
 PENDULUM, DOUBLE_PENDULUM, REACHER, PUSHER = 0, 1, 2, 3
+#: ``arm_step``'s ``flags`` after the sizes: the family, the three bodies its rewards measure
+ARM_KIND, BODY_A, BODY_B, BODY_C = range(MAX_STEPS + 1, MAX_STEPS + 5)
 
 
 class MujocoFunctions(NamedTuple):
@@ -59,6 +70,8 @@ class MujocoFunctions(NamedTuple):
     #: libm's pow(double, double): NumPy's scalar ``v**2`` (not always ``v * v``), which
     #: LLVM would turn back into ``v * v`` if ``** 2.0`` were written in the loop
     pow: Any
+    reset_data: Any  # mj_resetData(const mjModel*, mjData*)
+    forward: Any  # mj_forward(const mjModel*, mjData*)
 
 
 @functools.cache
@@ -77,7 +90,7 @@ def mujoco_functions() -> MujocoFunctions:
                           f"MuJoCo engine needs the wheel's shared library")
     library = ctypes.CDLL(paths[0])
     functions = []
-    for name in ("mj_step", "mj_rnePostConstraint"):
+    for name in ("mj_step", "mj_rnePostConstraint", "mj_resetData", "mj_forward"):
         function = getattr(library, name)
         function.restype = None
         function.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
@@ -86,7 +99,42 @@ def mujoco_functions() -> MujocoFunctions:
     power = libm.pow
     power.restype = ctypes.c_double
     power.argtypes = [ctypes.c_double, ctypes.c_double]
-    return MujocoFunctions(*functions, power)
+    return MujocoFunctions(*functions[:2], power, *functions[2:])
+
+
+@functools.cache
+def function_addresses() -> np.ndarray:
+    """``mujoco_functions``' entry points as addresses (indexed by ``MJ_STEP``,
+    ``MJ_RNE_POST_CONSTRAINT``, ``POW``, ``MJ_RESET_DATA``, ``MJ_FORWARD``): an int64 array
+    is an argument numba's dispatch types in a fraction of a microsecond (a tuple of ctypes
+    functions costs ~3 µs a call)."""
+    return np.array([ctypes.cast(function, ctypes.c_void_p).value
+                     for function in mujoco_functions()], np.int64)
+
+
+@intrinsic
+def call_model_data(typingctx: Any, function: Any, model: Any, data: Any) -> Any:
+    """Call the C function ``void f(const mjModel*, mjData*)`` at address ``function`` (an
+    entry of ``function_addresses``) on the model and data at their addresses."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        pointer = ir.IntType(8).as_pointer()
+        callee = builder.inttoptr(
+            args[0], ir.FunctionType(ir.VoidType(), [pointer, pointer]).as_pointer())
+        builder.call(callee, [builder.inttoptr(args[1], pointer),
+                              builder.inttoptr(args[2], pointer)])
+        return context.get_dummy_value()
+    return types.none(types.int64, types.int64, types.int64), codegen
+
+
+@intrinsic
+def call_pow(typingctx: Any, function: Any, x: Any, y: Any) -> Any:
+    """``pow(x, y)`` through libm's function at address ``function`` (``POW``)."""
+    def codegen(context: Any, builder: Any, signature: Any, args: Any) -> Any:
+        double = ir.DoubleType()
+        callee = builder.inttoptr(
+            args[0], ir.FunctionType(double, [double, double]).as_pointer())
+        return builder.call(callee, [args[1], args[2]])
+    return types.float64(types.int64, types.float64, types.float64), codegen
 
 
 @intrinsic
@@ -133,6 +181,16 @@ def pairwise_sum_of_squares(values: Any) -> Any:
 
 
 @numba.njit(nogil=True, error_model="numpy")
+def _physics(functions: Any, row_at: Any, frame_skip: int) -> None:
+    """One env-step of the env whose addresses are ``row_at``: ``frame_skip`` x ``mj_step``,
+    then ``mj_rnePostConstraint`` (``cfrc_ext``), as ``MujocoEnv.do_simulation``."""
+    model, data = row_at[AT_MODEL], row_at[AT_DATA]
+    for _ in range(frame_skip):
+        call_model_data(functions[MJ_STEP], model, data)
+    call_model_data(functions[MJ_RNE_POST_CONSTRAINT], model, data)
+
+
+@numba.njit(nogil=True, error_model="numpy")
 def _clipped_sum_of_squares(values: Any, lo: float, hi: float) -> float:
     """``np.sum(np.square(np.clip(values, lo, hi)))`` bit for bit (``pairwise_sum_of_squares``
     of the clipped values; ``values`` at most 128 float64)."""
@@ -142,11 +200,9 @@ def _clipped_sum_of_squares(values: Any, lo: float, hi: float) -> float:
     return pairwise_sum_of_squares(clipped)
 
 
-def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any,
-                     ctrl_at: Any, xy_at: Any, cfrc_at: Any, nq: int, nv: int, nbody: int,
-                     actions: Any, ctrl_weight: Any, active: Any, frame_skip: int,
-                     flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
-                     truncated: Any, elapsed: Any, max_steps: int, info: Any) -> int:
+def _locomotion_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+                     ctrl_weight: Any, active: Any, obs: Any, rewards: Any, terminated: Any,
+                     truncated: Any, elapsed: Any, info: Any) -> int:
     """Step the ``active`` envs of a locomotion family (HalfCheetah, Hopper, Walker2d,
     Swimmer, Ant) as its v5 ``step`` and ``TimeLimit``: ctrl = action, ``frame_skip``
     ``mj_step``, ``mj_rnePostConstraint``; the velocity from ``xy_at`` (qpos, or Ant's main
@@ -154,25 +210,23 @@ def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: An
     ``cfrc_ext[1:]``), the reward terms, the health check, ``info``. Returns the number of
     episodes that ended."""
     ended = 0
+    nq, nv, nbody = flags[NQ], flags[NV], flags[NBODY]
     skip, dims, health = flags[SKIP], flags[DIMENSIONS], flags[HEALTH]
     contact = flags[CONTACT]
-    for i in prange(datas.size):
+    for i in prange(at.shape[0]):
         if not active[i]:
             continue
-        data = datas[i]
-        qpos = numba.carray(f64_at(qpos_at[i]), nq)
-        qvel = numba.carray(f64_at(qvel_at[i]), nv)
-        ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
-        xy = numba.carray(f64_at(xy_at[i]), dims)
+        row_at = at[i]
+        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
+        xy = numba.carray(f64_at(row_at[AT_XY]), dims)
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
         x_before = xy[0]
         y_before = xy[1] if dims == 2 else 0.0
-        model = models[i]  # one per env (per-env model parameters), else the same
-        for _ in range(frame_skip):
-            mj.step(model, data)
-        mj.rne_post_constraint(model, data)
+        _physics(functions, row_at, flags[FRAME_SKIP])
         x_velocity = (xy[0] - x_before) / params[DT]
         forward = params[FORWARD] * x_velocity
         cost = ctrl_weight[0] * pairwise_sum_of_squares(action)
@@ -185,7 +239,7 @@ def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: An
             row[nq - skip + k] = min(max(v, -clip), clip) if clip < np.inf else v
         contact_cost = 0.0
         if contact:
-            cfrc = numba.carray(f64_at(cfrc_at[i]), nbody * 6)
+            cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), nbody * 6)
             lo, hi = params[CONTACT_LO], params[CONTACT_HI]
             contact_cost = params[CONTACT_WEIGHT] * _clipped_sum_of_squares(cfrc, lo, hi)
             if contact == 2:
@@ -229,36 +283,33 @@ def _locomotion_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: An
         info[REWARD_CONTACT, i] = -contact_cost
         terminated[i] = flags[TERMINATE] and not healthy
         elapsed[i] += 1
-        truncated[i] = elapsed[i] >= max_steps
+        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
         if terminated[i] or truncated[i]:
             ended += 1
     return ended
 
 
-def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl_at: Any,
-              xpos_at: Any, site_at: Any, qfrc_at: Any, nq: int, nv: int, bodies: Any,
-              actions: Any, ctrl_weight: Any, active: Any, frame_skip: int, kind: int,
-              params: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
-              elapsed: Any, max_steps: int, info: Any) -> int:
+def _arm_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+              ctrl_weight: Any, active: Any, obs: Any, rewards: Any, terminated: Any,
+              truncated: Any, elapsed: Any, info: Any) -> int:
     """Step the ``active`` envs of InvertedPendulum, InvertedDoublePendulum, Reacher or
-    Pusher (``kind``) as their v5 ``step`` and ``TimeLimit`` (``params``: the survive
-    reward, or the distance weights; ``bodies``: the bodies the rewards measure, then the
-    body count). Returns the number of episodes that ended."""
+    Pusher (``flags[ARM_KIND]``) as their v5 ``step`` and ``TimeLimit`` (``params``: the
+    survive reward, or the distance weights; ``flags[BODY_A:]``: the bodies the rewards
+    measure). Returns the number of episodes that ended."""
     ended = 0
-    for i in prange(datas.size):
+    nq, nv, nbody, kind = flags[NQ], flags[NV], flags[NBODY], flags[ARM_KIND]
+    power = functions[POW]
+    for i in prange(at.shape[0]):
         if not active[i]:
             continue
-        data = datas[i]
-        qpos = numba.carray(f64_at(qpos_at[i]), nq)
-        qvel = numba.carray(f64_at(qvel_at[i]), nv)
-        ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
+        row_at = at[i]
+        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
         action = actions[i]
         for k in range(action.size):
             ctrl[k] = action[k]
-        model = models[i]  # one per env (per-env model parameters), else the same
-        for _ in range(frame_skip):
-            mj.step(model, data)
-        mj.rne_post_constraint(model, data)
+        _physics(functions, row_at, flags[FRAME_SKIP])
         row = obs[i]
         done = False
         if kind == PENDULUM:
@@ -273,8 +324,8 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
             rewards[i] = 0.0 if done else 1.0
             info[REWARD_SURVIVE, i] = rewards[i]
         elif kind == DOUBLE_PENDULUM:
-            site = numba.carray(f64_at(site_at[i]), 3)
-            qfrc = numba.carray(f64_at(qfrc_at[i]), nv)
+            site = numba.carray(f64_at(row_at[AT_SITE_XPOS]), 3)
+            qfrc = numba.carray(f64_at(row_at[AT_QFRC_CONSTRAINT]), nv)
             row[0] = qpos[0]
             for k in range(1, nq):
                 row[k] = np.sin(qpos[k])
@@ -284,16 +335,17 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
             row[2 * nq - 1 + nv] = min(max(qfrc[0], -10.0), 10.0)
             x, y = site[0], site[2]
             done = y <= 1
-            distance = 0.01 * mj.pow(x, 2.0) + mj.pow(y - 2.0, 2.0)
-            velocity = 1e-3 * mj.pow(qvel[1], 2.0) + 5e-3 * mj.pow(qvel[2], 2.0)
+            distance = 0.01 * call_pow(power, x, 2.0) + call_pow(power, y - 2.0, 2.0)
+            velocity = (1e-3 * call_pow(power, qvel[1], 2.0)
+                        + 5e-3 * call_pow(power, qvel[2], 2.0))
             alive = params[0] * (0.0 if done else 1.0)
             rewards[i] = (alive - distance) - velocity
             info[REWARD_SURVIVE, i] = alive
             info[DISTANCE_PENALTY, i] = -distance
             info[VELOCITY_PENALTY, i] = -velocity
         elif kind == PUSHER:
-            xpos = numba.carray(f64_at(xpos_at[i]), 3 * bodies[3])
-            tips, thing, goal = 3 * bodies[0], 3 * bodies[1], 3 * bodies[2]
+            xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
+            tips, thing, goal = 3 * flags[BODY_A], 3 * flags[BODY_B], 3 * flags[BODY_C]
             a = np.empty(3)  # small fixed arrays: numba keeps them on the stack
             b = np.empty(3)
             for j in range(3):
@@ -314,8 +366,8 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
                 row[17 + j] = xpos[thing + j]
                 row[20 + j] = xpos[goal + j]
         else:
-            xpos = numba.carray(f64_at(xpos_at[i]), 3 * bodies[3])
-            f, t = 3 * bodies[0], 3 * bodies[1]
+            xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
+            f, t = 3 * flags[BODY_A], 3 * flags[BODY_B]
             dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
             dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]
             cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
@@ -330,7 +382,7 @@ def _arm_step(mj: Any, models: Any, datas: Any, qpos_at: Any, qvel_at: Any, ctrl
             row[4 + nq], row[5 + nq] = dx, dy
         terminated[i] = done
         elapsed[i] += 1
-        truncated[i] = elapsed[i] >= max_steps
+        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
         if terminated[i] or truncated[i]:
             ended += 1
     return ended
@@ -347,11 +399,10 @@ def _mass_center(xipos: Any, mass: Any, total: float, out: Any) -> None:
         out[j] = (0.0 + acc) / total
 
 
-def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, nbody: int,
-                   ntendon: int, mass: Any, totals: Any, actions: Any, active: Any, frame_skip: int,
-                   flags: Any, params: Any, obs: Any, rewards: Any, terminated: Any,
-                   truncated: Any, elapsed: Any, max_steps: int, info: Any,
-                   tendon_length: Any, tendon_velocity: Any) -> int:
+def _humanoid_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+                   active: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
+                   elapsed: Any, info: Any, mass: Any, totals: Any, tendon_length: Any,
+                   tendon_velocity: Any) -> int:
     """Step the ``active`` envs of Humanoid or HumanoidStandup (``flags[H_STANDUP]``) as
     their v5 ``step`` and ``TimeLimit``: the observation (``qpos[skip:]``, ``qvel``, and as
     included ``cinert[1:]``, ``cvel[1:]``, ``qfrc_actuator[6:]``, ``cfrc_ext[1:]``), the
@@ -359,11 +410,11 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
     health (``mass``, ``totals``: each env's body masses and their sum), the tendons. Returns
     the number of episodes that ended."""
     ended = 0
+    nq, nv, nbody, ntendon = flags[NQ], flags[NV], flags[NBODY], flags[NTENDON]
     standup, skip = flags[H_STANDUP], flags[H_SKIP]
-    for i in prange(datas.size):
+    for i in prange(at.shape[0]):
         if not active[i]:
             continue
-        data = datas[i]
         row_at = at[i]
         qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
         qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
@@ -377,10 +428,7 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
         after = np.empty(2)
         if not standup:
             _mass_center(xipos, mass[i], totals[i], before)
-        model = models[i]  # one per env (per-env model parameters), else the same
-        for _ in range(frame_skip):
-            mj.step(model, data)
-        mj.rne_post_constraint(model, data)
+        _physics(functions, row_at, flags[FRAME_SKIP])
         ctrl_cost = params[H_CTRL_WEIGHT] * pairwise_sum_of_squares(ctrl)
         contact = min(max(params[H_CONTACT_WEIGHT] * pairwise_sum_of_squares(cfrc),
                           params[H_CONTACT_LO]), params[H_CONTACT_HI])
@@ -443,10 +491,27 @@ def _humanoid_step(mj: Any, models: Any, datas: Any, at: Any, nq: int, nv: int, 
                 n += 1
         terminated[i] = flags[H_TERMINATE] and not healthy
         elapsed[i] += 1
-        truncated[i] = elapsed[i] >= max_steps
+        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
         if terminated[i] or truncated[i]:
             ended += 1
     return ended
+
+
+def _reset_physics(functions: Any, at: Any, rows: Any, qpos: Any, qvel: Any) -> None:
+    """The MuJoCo calls of ``MujocoEnv.reset`` for the envs ``rows``: ``mj_resetData``, then
+    ``set_state`` (qpos and qvel from the rows of ``qpos``, ``qvel``: the drawn reset state)
+    and ``mj_forward``."""
+    for r in range(rows.size):
+        i = rows[r]
+        model, data = at[i, AT_MODEL], at[i, AT_DATA]
+        call_model_data(functions[MJ_RESET_DATA], model, data)
+        target = numba.carray(f64_at(at[i, AT_QPOS]), qpos.shape[1])
+        for k in range(qpos.shape[1]):
+            target[k] = qpos[i, k]
+        target = numba.carray(f64_at(at[i, AT_QVEL]), qvel.shape[1])
+        for k in range(qvel.shape[1]):
+            target[k] = qvel[i, k]
+        call_model_data(functions[MJ_FORWARD], model, data)
 
 
 @functools.cache
@@ -481,6 +546,28 @@ def arm_step() -> Any:
     return _compiled(_arm_step)
 
 
+def reset_physics() -> Any:
+    """``_reset_physics``, compiled (``_compiled``)."""
+    return _compiled(_reset_physics)
+
+
 def addresses(arrays: list[np.ndarray]) -> np.ndarray:
     """The data addresses of ``arrays`` (one per env, float64, owned by their ``MjData``)."""
     return np.array([a.ctypes.data for a in arrays], dtype=np.int64)
+
+
+def env_addresses(models: list[Any], datas: list[Any], xy_body: int | None) -> np.ndarray:
+    """The loops' ``at``: row i the addresses of env i's model, ``mjData`` and data arrays
+    (columns ``AT_*``); ``AT_XY`` is ``qpos`` or, with ``xy_body``, that body's ``xpos``
+    (Ant's main body)."""
+    columns = [np.array([model._address for model in models], np.int64),
+               np.array([data._address for data in datas], np.int64)]
+    for name in ("qpos", "qvel", "ctrl", "xy", "cfrc_ext", "xpos", "site_xpos",
+                 "qfrc_constraint", "xipos", "cinert", "cvel", "qfrc_actuator", "ten_length",
+                 "ten_velocity"):
+        if name == "xy":
+            columns.append(addresses([data.qpos if xy_body is None else data.xpos[xy_body]
+                                      for data in datas]))
+        else:
+            columns.append(addresses([getattr(data, name) for data in datas]))
+    return np.stack(columns, axis=1)

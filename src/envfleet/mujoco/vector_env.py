@@ -6,7 +6,8 @@ Env i is, bit for bit, ``gymnasium.make(id, **kwargs)`` reset with ``seed + i``:
 model file, the same reset noise drawn from the same ``np_random`` stream in the same order,
 the same MuJoCo calls (``mj_step`` x ``frame_skip``, ``mj_rnePostConstraint``) and the same
 arithmetic for observations, rewards, termination, truncation (``TimeLimit``) and info
-entries. Python runs per env only at resets (the noise draws, ``mj_forward``).
+entries. Python runs per env only at resets (``resets``: the noise draws, the reset
+observation).
 """
 
 from __future__ import annotations
@@ -19,7 +20,6 @@ from typing import Any
 import numba
 import numpy as np
 from gymnasium import spaces
-from gymnasium.utils import seeding
 from gymnasium.vector import AutoresetMode
 from gymnasium.vector.utils import batch_space
 
@@ -34,6 +34,7 @@ from envfleet.contract import (
     on_episode_end,
 )
 from envfleet.mujoco import kernels as k
+from envfleet.mujoco.resets import reset_envs
 from envfleet.native.driver import make_batch_driver
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
@@ -218,7 +219,6 @@ class MujocoVectorEnv(VectorContract):
         m = self.model
         #: each env's model: its own copy when ``model_params`` gives it its own values
         self.models = _env_models(m, num_envs, model_params or {})
-        self._models = np.array([model._address for model in self.models], np.int64)
         self.nq, self.nv, self.nu = m.nq, m.nv, m.nu
         self.init_qpos = self.datas[0].qpos.ravel().copy()
         self.init_qvel = self.datas[0].qvel.ravel().copy()
@@ -252,42 +252,32 @@ class MujocoVectorEnv(VectorContract):
         self.single_observation_space = spaces.Box(-np.inf, np.inf, (obs_size,), np.float64)
         self.observation_space = batch_space(self.single_observation_space, num_envs)
         self.action_space = batch_space(self.single_action_space, num_envs)
-        self._params = self._make_params()
+        self._params = (self._make_humanoid_params() if family.humanoid
+                        else self._make_params())
         self._ctrl_weight = float(settings.get("ctrl_cost_weight",
                                                settings.get("reward_control_weight", 0.0)))
-        self._functions = k.mujoco_functions()
+        self._functions = k.function_addresses()
         self._step = (k.humanoid_step() if family.humanoid else k.locomotion_step()
                       if family.arm is None else k.arm_step())
-        self._datas = np.array([d._address for d in self.datas], dtype=np.int64)
-        self._qpos = k.addresses([d.qpos for d in self.datas])
-        self._qvel = k.addresses([d.qvel for d in self.datas])
-        self._ctrl = k.addresses([d.ctrl for d in self.datas])
-        self._cfrc = k.addresses([d.cfrc_ext for d in self.datas])
-        self._xpos = k.addresses([d.xpos for d in self.datas])
-        self._site = k.addresses([d.site_xpos for d in self.datas])
-        self._qfrc = k.addresses([d.qfrc_constraint for d in self.datas])
-        names = {k.REACHER: ("fingertip", "target", "target"),
-                 k.PUSHER: ("tips_arm", "object", "goal")}.get(family.arm)
-        self._bodies = np.array([*(m.body(b).id for b in names or ("world",) * 3), m.nbody],
-                                np.int64)
-        if family.dimensions == 2 and "main_body" in settings:  # Ant: the main body's xpos
-            body = m.body(settings["main_body"]).id
-            self._xy = k.addresses([d.xpos[body] for d in self.datas])
-        else:
-            self._xy = self._qpos
+        ant = family.dimensions == 2 and "main_body" in settings  # the main body's xpos
+        self._at = k.env_addresses(self.models, self.datas,
+                                   m.body(settings["main_body"]).id if ant else None)
+        sizes = [self.nq, self.nv, m.nbody, m.ntendon, self.frame_skip, max_episode_steps]
+        terminate = bool(settings.get("terminate_when_unhealthy", False))
         if family.humanoid:
-            self._at = np.stack([k.addresses([getattr(d, name) for d in self.datas]) for name in (
-                "qpos", "qvel", "ctrl", "xipos", "cinert", "cvel", "qfrc_actuator", "cfrc_ext",
-                "ten_length", "ten_velocity")], axis=1)
-            self._mass = np.stack([model.body_mass for model in self.models])
-            self._totals = np.array([model.body_mass.sum() for model in self.models])
-            self._humanoid_flags = np.array([family.humanoid == 2, self.skip,
-                                             bool(settings.get("terminate_when_unhealthy")),
-                                             *self._included], np.int64)
-            self._humanoid_params = self._make_humanoid_params()
-        self._flags = np.array([self.skip, family.dimensions, family.health,
-                                bool(settings.get("terminate_when_unhealthy", False)),
-                                self.contact], np.int64)
+            self._flags = np.array([*sizes, family.humanoid == 2, self.skip, terminate,
+                                    *self._included], np.int64)
+        elif family.arm is None:
+            self._flags = np.array([*sizes, self.skip, family.dimensions, family.health,
+                                    terminate, self.contact], np.int64)
+        else:
+            names = {k.REACHER: ("fingertip", "target", "target"),
+                     k.PUSHER: ("tips_arm", "object", "goal")}.get(family.arm, ("world",) * 3)
+            self._flags = np.array([*sizes, family.arm, *(m.body(b).id for b in names)],
+                                   np.int64)
+        #: ``ctrl_cost_weight`` in each action dtype (the cost is computed in the action's)
+        self._weights = {dtype.char: np.array([self._ctrl_weight], dtype)
+                         for dtype in (np.dtype(np.float32), np.dtype(np.float64))}
         self.obs = np.zeros((num_envs, obs_size), np.float64)
         self.rewards = np.zeros(num_envs, np.float64)
         self.terminated = np.zeros(num_envs, np.bool_)
@@ -298,6 +288,23 @@ class MujocoVectorEnv(VectorContract):
         self.info = dict(zip(k.INFO_KEYS, self._info, strict=True))
         self.info["tendon_length"] = np.zeros((num_envs, m.ntendon), np.float64)
         self.info["tendon_velocity"] = np.zeros((num_envs, m.ntendon), np.float64)
+        #: the loop's arguments after the actions (``_run``)
+        self._outputs = (self.obs, self.rewards, self.terminated, self.truncated, self.elapsed,
+                         self._info)
+        if family.humanoid:
+            self._outputs += (np.stack([model.body_mass for model in self.models]),
+                              np.array([model.body_mass.sum() for model in self.models]),
+                              self.info["tendon_length"], self.info["tendon_velocity"])
+        self._active = np.zeros(num_envs, np.bool_)
+        #: the reset states drawn for ``kernels.reset_physics`` (``resets.reset_envs``)
+        self._reset_physics = k.reset_physics()
+        self._reset_qpos = np.zeros((num_envs, self.nq), np.float64)
+        self._reset_qvel = np.zeros((num_envs, self.nv), np.float64)
+        #: ``_step_info``'s rows of ``kernels.INFO_KEYS`` and whether a reset reports each
+        self._tendons = ("tendon_length", "tendon_velocity")
+        keys = [key for key in family.info if key not in self._tendons]
+        self._info_rows = (np.array([k.INFO_KEYS.index(key) for key in keys], np.int64),
+                           np.array([[key in family.reset_info] for key in keys]))
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._initial_seed = (check_seed(seed, count=num_envs) if seed is not None
                               else int(np.random.SeedSequence().entropy) % 2**63)
@@ -350,123 +357,8 @@ class MujocoVectorEnv(VectorContract):
             params[0] = s.get("healthy_reward", s.get("reward_dist_weight", 0.0))
         return params
 
-    # resets: Python per env, as MujocoEnv.reset + the family's reset_model
-    def _reset_one(self, i: int, seed: int | None) -> None:
-        """``env.reset(seed=seed)`` of env i: a new ``np_random`` when seeded, the noise
-        drawn in Gymnasium's order, ``set_state`` (``mj_forward``), the observation."""
-        mujoco, data = self.mujoco, self.datas[i]
-        if seed is not None or self.rngs[i] is None:
-            self.rngs[i], _ = seeding.np_random(seed)
-        rng = self.rngs[i]
-        mujoco.mj_resetData(self.models[i], data)
-        if self.family.qvel_noise == "reacher":
-            qpos, qvel = self._reacher_noise(rng)
-        elif self.family.qvel_noise == "pusher":
-            qpos, qvel = self._pusher_noise(rng)
-        else:
-            scale = self.settings["reset_noise_scale"]
-            qpos = self.init_qpos + rng.uniform(low=-scale, high=scale, size=self.nq)
-            if self.family.qvel_noise == "normal":
-                if self.family.arm == k.DOUBLE_PENDULUM:
-                    qvel = self.init_qvel + rng.standard_normal(self.nv) * scale
-                else:
-                    qvel = self.init_qvel + scale * rng.standard_normal(self.nv)
-            else:
-                qvel = self.init_qvel + rng.uniform(low=-scale, high=scale, size=self.nv)
-        data.qpos[:] = qpos
-        data.qvel[:] = qvel
-        if self.model.na == 0:
-            data.act[:] = None
-        mujoco.mj_forward(self.models[i], data)
-        self.elapsed[i] = 0
-        if self.family.arm is not None:
-            self.obs[i] = self._arm_obs(data)
-            return
-        if self.family.humanoid:
-            self._humanoid_reset(i, data)
-            return
-        velocity = data.qvel.flatten()
-        if self.family.clip < np.inf:
-            velocity = np.clip(velocity, -self.family.clip, self.family.clip)
-        parts = [data.qpos.flatten()[self.skip:], velocity]
-        if self.contact == 2:
-            lo, hi = self.settings["contact_force_range"]
-            parts.append(np.clip(data.cfrc_ext, lo, hi)[1:].flatten())
-        self.obs[i] = np.concatenate(parts)
-        self.info["x_position"][i] = data.qpos[0]
-        self.info["y_position"][i] = data.qpos[1]
-        self.info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
-        self.info["z_distance_from_origin"][i] = data.qpos[1] - self.init_qpos[1]
-        self.elapsed[i] = 0
-
-    def _reacher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``ReacherEnv.reset_model``'s draws: joint noise, a goal drawn until inside the
-        0.2 disc, velocity noise; the goal's qpos set, its qvel zeroed."""
-        qpos = rng.uniform(low=-0.1, high=0.1, size=self.nq) + self.init_qpos
-        while True:
-            goal = rng.uniform(low=-0.2, high=0.2, size=2)
-            if np.linalg.norm(goal) < 0.2:
-                break
-        qpos[-2:] = goal
-        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
-        qvel[-2:] = 0
-        return qpos, qvel
-
-    def _humanoid_reset(self, i: int, data: Any) -> None:
-        """Humanoid's and HumanoidStandup's ``_get_obs`` and reset info of env i."""
-        parts = [data.qpos.flatten()[self.skip:], data.qvel.flatten()]
-        for on, value in zip(self._included, (data.cinert[1:], data.cvel[1:],
-                                              data.qfrc_actuator[6:], data.cfrc_ext[1:]),
-                             strict=True):
-            if on:
-                parts.append(value.flatten())
-        self.obs[i] = np.concatenate(parts)
-        info = self.info
-        info["x_position"][i], info["y_position"][i] = data.qpos[0], data.qpos[1]
-        info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
-        info["z_distance_from_origin"][i] = data.qpos[2] - self.init_qpos[2]
-        info["tendon_length"][i] = data.ten_length
-        info["tendon_velocity"][i] = data.ten_velocity
-
-    def _pusher_noise(self, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
-        """``PusherEnv.reset_model``'s draws: the object's position drawn until 0.17 from
-        the goal (at the origin), velocity noise; the object's and goal's qvel zeroed. (It
-        writes into its ``init_qpos``; only the entries every reset overwrites.)"""
-        qpos = self.init_qpos
-        goal = np.asarray([0, 0])
-        while True:
-            cylinder = np.concatenate([rng.uniform(low=-0.3, high=0, size=1),
-                                       rng.uniform(low=-0.2, high=0.2, size=1)])
-            if np.linalg.norm(cylinder - goal) > 0.17:
-                break
-        qpos[-4:-2] = cylinder
-        qpos[-2:] = goal
-        qvel = self.init_qvel + rng.uniform(low=-0.005, high=0.005, size=self.nv)
-        qvel[-4:] = 0
-        return qpos, qvel
-
-    def _arm_obs(self, data: Any) -> np.ndarray:
-        """The reset observation of InvertedPendulum, InvertedDoublePendulum, Reacher (their
-        ``_get_obs``)."""
-        arm = self.family.arm
-        if arm == k.PENDULUM:
-            return np.concatenate([data.qpos, data.qvel]).ravel()
-        if arm == k.DOUBLE_PENDULUM:
-            return np.concatenate([data.qpos[:1], np.sin(data.qpos[1:]), np.cos(data.qpos[1:]),
-                                   np.clip(data.qvel, -10, 10),
-                                   np.clip(data.qfrc_constraint, -10, 10)[:1]]).ravel()
-        if arm == k.PUSHER:
-            return np.concatenate([data.qpos.flatten()[:7], data.qvel.flatten()[:7],
-                                   data.body("tips_arm").xpos, data.body("object").xpos,
-                                   data.body("goal").xpos])
-        theta = data.qpos.flatten()[:2]
-        vec = data.body("fingertip").xpos - data.body("target").xpos
-        return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
-                               data.qvel.flatten()[:2], vec[:2]])
-
     def _reset_rows_now(self, rows: np.ndarray, seeds: list[int | None] | None = None) -> None:
-        for i in np.flatnonzero(rows):
-            self._reset_one(int(i), None if seeds is None else seeds[i])
+        reset_envs(self, rows, seeds)
 
     # the engine interface ``native.rollout`` drives: ``step`` -> episodes ended, buffers
     @property
@@ -494,7 +386,15 @@ class MujocoVectorEnv(VectorContract):
     def check_actions(self, actions: Any) -> np.ndarray:
         """The batch as a C-contiguous float array, or a ``ValueError`` naming the first env
         whose action is refused (wrong shape, not floats, NaN/inf; an env that must be reset
-        first, DISABLED): checked whole, before any env moves."""
+        first, DISABLED): checked whole, before any env moves. The common batch (a contiguous
+        native float32/float64 array of the right shape, all finite) passes at once; any other
+        goes through every check, in order."""
+        if (type(actions) is np.ndarray and actions.shape == self.action_space.shape
+                and actions.dtype.char in "fd" and actions.dtype.isnative
+                and actions.flags.c_contiguous
+                and np.isfinite(actions).all()
+                and not (self.rule == WAIT and self.pending.any())):
+            return actions
         batch = np.asarray(actions)
         expected = (self.num_envs, self.nu)
         if batch.shape != expected:
@@ -543,10 +443,13 @@ class MujocoVectorEnv(VectorContract):
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
-        weight = np.array([self._ctrl_weight], batch.dtype)
-        # envs handed out one at a time: a descheduled thread holds up one env, not half
-        with numba.parallel_chunksize(1):
-            ended = self._run(batch, weight, ~rows)
+        active = np.logical_not(rows, out=self._active)
+        if threads == 1:
+            ended = self._run(batch, active)
+        else:
+            # envs handed out one at a time: a descheduled thread holds up one env, not half
+            with numba.parallel_chunksize(1):
+                ended = self._run(batch, active)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
         self._end()
@@ -561,38 +464,31 @@ class MujocoVectorEnv(VectorContract):
             self._final_info[key] = _where(done, self.info[key])
             self._final_info["_" + key] = done.copy()
 
-    def _run(self, batch: np.ndarray, weight: np.ndarray, active: np.ndarray) -> int:
-        """The family's compiled loop over the ``active`` envs."""
+    def _run(self, batch: np.ndarray, active: np.ndarray) -> int:
+        """The family's compiled loop over the ``active`` envs (Humanoid's costs ``data.ctrl``
+        with its float weight; the others the action, with the weight in its dtype)."""
         if self.family.humanoid:
-            return int(self._step(
-                self._functions, self._models, self._datas, self._at, self.nq,
-                self.nv, self.nbody, self.model.ntendon, self._mass, self._totals, batch, active,
-                self.frame_skip, self._humanoid_flags, self._humanoid_params, self.obs,
-                self.rewards, self.terminated, self.truncated, self.elapsed,
-                self.max_episode_steps, self._info, self.info["tendon_length"],
-                self.info["tendon_velocity"]))
-        if self.family.arm is None:
-            return int(self._step(
-                self._functions, self._models, self._datas, self._qpos, self._qvel,
-                self._ctrl, self._xy, self._cfrc, self.nq, self.nv, self.nbody, batch, weight,
-                active, self.frame_skip, self._flags, self._params, self.obs, self.rewards,
-                self.terminated, self.truncated, self.elapsed, self.max_episode_steps,
-                self._info))
-        return int(self._step(
-            self._functions, self._models, self._datas, self._qpos, self._qvel,
-            self._ctrl, self._xpos, self._site, self._qfrc, self.nq, self.nv, self._bodies,
-            batch, weight, active, self.frame_skip, self.family.arm, self._params, self.obs,
-            self.rewards, self.terminated, self.truncated, self.elapsed,
-            self.max_episode_steps, self._info))
+            return self._step(self._functions, self._at, self._flags, self._params, batch,
+                              active, *self._outputs)
+        return self._step(self._functions, self._at, self._flags, self._params, batch,
+                          self._weights[batch.dtype.char], active, *self._outputs)
 
     def _step_info(self, stepped: np.ndarray, reset: np.ndarray) -> dict[str, Any]:
         """The step's info: each family entry for the stepped envs; the reset info entries
-        for the envs reset instead."""
+        for the envs reset instead (the entries of ``kernels.INFO_KEYS`` masked in one call,
+        each its own row of fresh arrays)."""
+        rows, at_reset = self._info_rows
+        masks = np.where(at_reset, stepped | reset, stepped)
+        values = iter(np.where(masks, self._info[rows], 0.0))
+        masks = iter(masks)
         out: dict[str, Any] = {}
-        at_reset = self.family.reset_info
         for key in self.family.info:
-            mask = stepped | reset if key in at_reset else stepped.copy()
-            out[key] = _where(mask, self.info[key])
+            if key in self._tendons:
+                mask = stepped | reset
+                out[key] = _where(mask, self.info[key])
+            else:
+                mask = next(masks)
+                out[key] = next(values)
             out["_" + key] = mask
         return out
 
@@ -617,7 +513,7 @@ class MujocoVectorEnv(VectorContract):
         if not self._closed:
             self._closed = True
             self.datas = []
-            self._datas = np.zeros(0, np.int64)
+            self._at = self._at[:0]
 
 
 
