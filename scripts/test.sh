@@ -4,4 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export NUMBA_ENABLE_CUDASIM=${NUMBA_ENABLE_CUDASIM:-1}
-exec .venv/bin/python -m pytest -q "$@"
+# Tests marked `slow` (the CUDA simulator's long kernels, every Atari game, the memory sweeps,
+# the learning runs) are left out unless asked for: `./scripts/test.sh -m slow` runs them alone
+# (a later -m wins), `-m ""` everything. CI (.ci/run) runs both.
+exec .venv/bin/python -m pytest -q -m "not slow" "$@"

@@ -36,7 +36,8 @@ from envfleet.sb3 import SB3VecEnv, to_sb3
 
 N, LIMIT, T = 6, 12, 40
 SAME_STEP = AutoresetMode.SAME_STEP
-BACKENDS = envfleet.available_backends()  # numba, torch; cuda under the simulator in tests
+#: numba, torch; cuda under the simulator in tests (slow there: marked so)
+BACKENDS = envfleet.available_backends()
 
 
 def policy(obs: np.ndarray) -> np.ndarray:
@@ -46,7 +47,9 @@ def policy(obs: np.ndarray) -> np.ndarray:
     return a
 
 
-@pytest.mark.parametrize(("backend", "copy"), [(b, True) for b in BACKENDS] + [("numba", False)])
+@pytest.mark.parametrize(("backend", "copy"),
+                         [pytest.param(b, True, marks=[pytest.mark.slow] if b == "cuda" else [])
+                          for b in BACKENDS] + [("numba", False)])
 def test_matches_the_envs_same_step_info(backend: str, copy: bool) -> None:
     """obs, rewards, dones, terminal_observation and TimeLimit.truncated are the underlying
     env's, step for step, through terminations and truncations."""

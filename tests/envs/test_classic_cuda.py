@@ -61,6 +61,7 @@ def test_same_trajectories_as_numba(env_id: str, kwargs: dict, mode: str) -> Non
         assert ended["terminated"] > 0
 
 
+@pytest.mark.slow
 @only_under_simulator
 def test_kernels_type_and_lower_for_a_real_gpu() -> None:
     """Acrobot's (with torque noise) and MountainCar's kernels lower for sm_90."""

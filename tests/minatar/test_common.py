@@ -287,6 +287,7 @@ def test_cuda_plays_numbas_trajectories(env_id: str) -> None:
         pass
 
 
+@pytest.mark.slow
 @only_under_simulator
 def test_kernels_type_and_lower_for_a_real_gpu() -> None:
     assert_kernels_lower(f"""

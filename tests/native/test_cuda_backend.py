@@ -281,6 +281,7 @@ def test_no_overflow_warnings_escape():
     assert not [w for w in caught if "overflow" in str(w.message)], caught
 
 
+@pytest.mark.slow
 @only_under_simulator
 def test_kernels_type_and_lower_for_a_real_gpu():
     """CartPole's and the Box families' kernels, in every autoreset mode, lower for sm_90."""

@@ -15,7 +15,7 @@ from tests.envs import continuous
 from tests.reference import as_numpy
 
 BACKENDS = ["numba", pytest.param("torch", marks=continuous.needs_torch),
-            pytest.param("cuda", marks=continuous.needs_cuda)]
+            pytest.param("cuda", marks=[continuous.needs_cuda, pytest.mark.slow])]
 
 
 def pendulum_actions(n: int, rng: np.random.Generator) -> np.ndarray:

@@ -75,6 +75,7 @@ def test_cuda_refuses_illegal_actions_and_reads_boards():
     assert env.fen(1) == "rnbqkbnr/pppppppp/8/8/4P3/8/PPPP1PPP/RNBQKBNR b KQkq - 0 1"
 
 
+@pytest.mark.slow
 @only_under_simulator
 def test_chess_kernels_type_and_lower_for_a_real_gpu():
     """The chess kernels (and its random legal action row map) lower for sm_90."""

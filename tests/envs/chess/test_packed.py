@@ -162,6 +162,7 @@ def test_cuda_packed_matches_numba(observation):
     lockstep("cuda", 4, 3, observation)
 
 
+@pytest.mark.slow
 @only_under_simulator
 def test_packed_chess_kernels_type_and_lower_for_a_real_gpu():
     assert_kernels_lower("""
