@@ -37,9 +37,8 @@ from envfleet.contract import (
     check_action_batch,
     describe_bad_action,
     needs_reset_error,
-    on_episode_end,
 )
-from envfleet.native.driver import MODE_CODES, make_batch_driver
+from envfleet.native.driver import RULES, make_batch_driver, mask_rows
 from envfleet.native.numba_backend import ThreadChoice, default_threads
 
 
@@ -159,10 +158,10 @@ class AtariEngine:
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self.noops = np.zeros(num_envs, np.int64)
         #: the contract's autoreset rule after the compiled step (NEXT_STEP's resets are in it)
-        self.rule = on_episode_end(next(m for m, code in MODE_CODES.items() if code == mode))
+        self.rule = RULES[mode]
         self._end = make_batch_driver(
             self.rule, self.rewards, self.terminated, self.truncated,
-            np.zeros(num_envs, np.bool_), self.pending, _any_rows, self._keep_final,
+            np.zeros(num_envs, np.bool_), self.pending, mask_rows, self._keep_final,
             self._new_episodes).end
         self._kernels = kernels()
         self.entry_points = ale_functions()
@@ -352,8 +351,3 @@ def _resize_tables(height: int, width: int, out_height: int, out_width: int,
         if not np.array_equal(ours, theirs.reshape(-1)):
             return none
     return tables
-
-
-def _any_rows(done: np.ndarray) -> np.ndarray | None:
-    """The ended envs as the batched driver's callbacks take them: the mask (None: none)."""
-    return done if done.any() else None

@@ -35,7 +35,7 @@ from envfleet.contract import (
 )
 from envfleet.mujoco import kernels as k
 from envfleet.mujoco.resets import reset_envs
-from envfleet.native.driver import make_batch_driver
+from envfleet.native.driver import make_batch_driver, mask_rows
 from envfleet.native.numba_backend import ThreadChoice, check_num_threads, default_threads
 from envfleet.native.rollout import Rollout, rollout
 
@@ -317,7 +317,7 @@ class MujocoVectorEnv(VectorContract):
         self.rule = on_episode_end(autoreset_mode)
         self._begin, self._end = make_batch_driver(
             self.rule, self.rewards, self.terminated, self.truncated,
-            np.zeros(num_envs, np.bool_), self.pending, _any_rows, self._keep_final,
+            np.zeros(num_envs, np.bool_), self.pending, mask_rows, self._keep_final,
             self._reset_rows_now)
         self._has_reset = False
 
@@ -560,11 +560,6 @@ def _env_models(model: Any, num_envs: int, params: dict[str, Any]) -> list[Any]:
             getattr(target, name.removeprefix("opt."))[...] = array[i]
         models.append(own)
     return models
-
-
-def _any_rows(done: np.ndarray) -> np.ndarray | None:
-    """The ended envs as the batched driver's callbacks take them: the mask (None: none)."""
-    return done if done.any() else None
 
 
 def _where(rows: np.ndarray, values: np.ndarray) -> np.ndarray:

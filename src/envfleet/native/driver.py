@@ -24,6 +24,7 @@ from envfleet.contract import (
     begin_episodes,
     describe_bad_action,
     needs_reset_error,
+    on_episode_end,
 )
 from envfleet.native import tensor_math
 from envfleet.native.jit import kernel_function
@@ -32,6 +33,8 @@ from envfleet.native.spec import NativeEnvSpec
 NEXT_STEP, SAME_STEP, DISABLED = 0, 1, 2
 MODE_CODES = {AutoresetMode.NEXT_STEP: NEXT_STEP, AutoresetMode.SAME_STEP: SAME_STEP,
               AutoresetMode.DISABLED: DISABLED}
+#: the contract's one autoreset rule (``on_episode_end``) per mode code
+RULES = {code: on_episode_end(mode) for mode, code in MODE_CODES.items()}
 
 # The 4-int device counter of a GPU step or rollout (armed to ``[num_envs, 0, -1, 0]``):
 # REFUSED, the smallest env index whose step was refused (``num_envs``: none; the cuda engine's);
@@ -329,6 +332,12 @@ def make_batch_driver(rule: str, rewards: Any, terminated: Any, truncated: Any, 
 
     return BatchDriver(begin if rule == PEND else _no_begin,
                        end_reset_now if rule == RESET_NOW else end_pending)
+
+
+def mask_rows(done: np.ndarray) -> np.ndarray | None:
+    """``make_batch_driver``'s ``rows_of`` for an engine whose callbacks take the ended envs
+    as the mask itself (None when none ended)."""
+    return done if done.any() else None
 
 
 def _no_begin(due: Any) -> None:

@@ -18,11 +18,10 @@ from typing import Any
 import numpy as np
 import torch
 
-from envfleet.contract import on_episode_end
 from envfleet.native.driver import (
     DISABLED,
-    MODE_CODES,
     NEXT_STEP,
+    RULES,
     SAME_STEP,
     action_format,
     refused_step_error,
@@ -31,8 +30,6 @@ from envfleet.native.graphs import Replay, graphs_wanted
 from envfleet.native.spec import RNG, STATE, NativeEnvSpec, split_params
 
 _ALIGN = 64  # byte alignment of each buffer inside the arena
-#: the contract's one autoreset rule (``on_episode_end``) per driver mode code
-_RULES = {code: on_episode_end(mode) for mode, code in MODE_CODES.items()}
 
 
 def torch_dtype(dtype: Any) -> torch.dtype:
@@ -111,7 +108,7 @@ class TorchEngine(abc.ABC):
         self.device = resolve_device(device)
         self.spec, self.num_envs, self.mode = spec, num_envs, mode
         #: the contract's one autoreset rule (``on_episode_end``), run by the batched driver
-        self.rule = _RULES[mode]
+        self.rule = RULES[mode]
         self.max_episode_steps = max_episode_steps
         split_params(spec, params, num_envs)  # checks each per-env array's shape
         self.params = params_to_device(params, self.device)
