@@ -561,3 +561,31 @@ def test_a_fingerprint_does_not_depend_on_what_the_process_imported():
                 if m not in sys.modules)
     importlib.import_module(name)
     assert fingerprint(elementwise.is_batch) == before
+
+
+#: steps the MuJoCo and Atari engines once (their compiled loops call C through addresses)
+ENGINES = """
+import json
+import numpy as np
+import envfleet
+
+for env_id, actions in (("HalfCheetah-v5", np.zeros((2, 6), np.float32)),
+                        ("ALE/Pong-v5", np.zeros(2, np.int64))):
+    env = envfleet.make(env_id, 2, seed=0)
+    env.reset()
+    env.step(actions)
+    env.close()
+print(json.dumps({}))
+"""
+
+
+def test_the_engines_kernels_load_from_the_cache_in_a_second_process(tmp_path):
+    """Nothing the Atari and MuJoCo loops compile in keeps numba from saving them (a
+    ``numba.set_num_threads`` inside a loop would: its code holds a pointer)."""
+    pytest.importorskip("mujoco")
+    pytest.importorskip("ale_py")
+    cache = tmp_path / "cache"
+    _, cold = _run(ENGINES, cache)
+    assert NOTICE in cold
+    _, warm = _run(ENGINES, cache)
+    assert NOTICE not in warm, warm

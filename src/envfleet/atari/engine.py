@@ -236,16 +236,12 @@ class AtariEngine:
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
-        # envs handed out one at a time (dynamically): a thread the OS deschedules holds up
-        # one env, not a static half of the batch
-        with numba.parallel_chunksize(1):
-            ended, resets = self._kernels.step(
-                self.entry_points, self.pointers, self.codes, actions, self.pending,
-                self.noops, self.noop.value, self.frame_skip, self.life_loss,
-                self.episodic_life, self.reward_clip, self.lives, self.rewards,
-                self.raw_rewards, self.terminated, self.truncated, self.game_over,
-                self.was_reset, self._restacked, self._stepped, self.buffers, self.tables,
-                self._order)
+        ended, resets = self._kernels.step(
+            threads, self.entry_points, self.pointers, self.codes, actions, self.pending,
+            self.noops, self.noop.value, self.frame_skip, self.life_loss, self.episodic_life,
+            self.reward_clip, self.lives, self.rewards, self.raw_rewards, self.terminated,
+            self.truncated, self.game_over, self.was_reset, self._restacked, self._stepped,
+            self.buffers, self.tables, self._order)
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
         if resets:

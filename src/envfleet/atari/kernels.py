@@ -27,6 +27,8 @@ from numba import prange
 from numba.core import types
 from numba.extending import intrinsic
 
+from envfleet.native.handout import next_index
+
 
 class Kernels(NamedTuple):
     """The compiled loops (see the module's docstring); ``step``, ``reset`` and
@@ -194,11 +196,12 @@ def _first_frames_kernel(ale: Any, pointers: Any, mask: Any, buffers: Any,
             _first_frame(ale, i, pointers[i], buffers, tables)
 
 
-def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any, noops: Any,
-                 noop_code: int, frame_skip: int, life_loss: bool, episodic: bool,
-                 clip: bool, lives: Any, rewards: Any, raw_rewards: Any, terminated: Any,
-                 truncated: Any, game_over: Any, was_reset: Any, restacked: Any,
-                 stepped: Any, buffers: Any, tables: Any, order: Any) -> tuple[int, int]:
+def _step_kernel(threads: int, ale: Any, pointers: Any, codes: Any, actions: Any,
+                 pending: Any, noops: Any, noop_code: int, frame_skip: int, life_loss: bool,
+                 episodic: bool, clip: bool, lives: Any, rewards: Any, raw_rewards: Any,
+                 terminated: Any, truncated: Any, game_over: Any, was_reset: Any,
+                 restacked: Any, stepped: Any, buffers: Any, tables: Any,
+                 order: Any) -> tuple[int, int]:
     """Step every env: a pending one (NEXT_STEP) resets instead (reward 0, flags down,
     ``was_reset``; its stack ``restacked`` from its new frame, or ``stepped`` on when
     ``episodic`` kept its game going after a lost life); the others are ``stepped`` and
@@ -206,10 +209,11 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
     (``_observe_frames``, as the wrapper's). ``episodic``: a lost life (lives left) ends the
     episode after the frame skip (EnvPool's ``episodic_life``); ``clip``: the reward is its
     sign (``raw_rewards`` keeps the sum). ``game_over``: the game itself ended.
-    The pending envs are handed out first (``order``: scratch, one per env): a reset emulates
-    ~20 steps' frames, and one started last would hold up every other thread at the join.
+    Envs go to the ``threads`` threads one at a time (``native.handout``), the pending ones
+    first (``order``: scratch, one per env): a reset emulates ~20 steps' frames, and one
+    started last would hold up every other thread at the join.
     Returns the numbers of episodes that ended and of envs reset."""
-    ended, resets, first, size = 0, 0, 0, buffers.raw.shape[2]
+    first, size = 0, buffers.raw.shape[2]
     for i in range(pointers.size):
         if pending[i]:
             order[first] = i
@@ -219,60 +223,66 @@ def _step_kernel(ale: Any, pointers: Any, codes: Any, actions: Any, pending: Any
         if not pending[i]:
             last -= 1
             order[last] = i
-    for k in prange(pointers.size):
-        i = order[k]
-        pointer = pointers[i]
-        if pending[i]:
-            restart = not episodic or game_over[i] or truncated[i]
-            continued = not _reset_one(ale, i, pointer, noops[i], noop_code, lives, buffers,
-                                       tables, restart)
-            restacked[i] = not continued
-            stepped[i] = continued
-            pending[i] = False
-            was_reset[i] = True
-            resets += 1
-            rewards[i] = 0.0
-            raw_rewards[i] = 0.0
-            terminated[i] = False
-            truncated[i] = False
-            game_over[i] = False
-            continue
-        was_reset[i] = False
-        restacked[i] = False
-        stepped[i] = True
-        code = codes[actions[i]]
-        total = 0.0
-        over = False
-        cut = False
-        last_read = False
-        for t in range(frame_skip):
-            total += ale.act(pointer, code, np.float32(1.0))
-            over = ale.game_over(pointer, False)
-            cut = ale.game_truncated(pointer)
-            if life_loss:
-                now = ale.lives(pointer)
-                over = over or now < lives[i]
-                lives[i] = now
-            if over or cut:
+    counter = np.zeros(1, np.int64)  # envs handed out one at a time (handout)
+    for _worker in prange(threads):
+        while True:
+            k = next_index(counter)
+            if k >= pointers.size:
                 break
-            if t == frame_skip - 2:
-                _take(_screen(ale, pointer, size), buffers.raw[i, 1], buffers.dirty[i])
-            elif t == frame_skip - 1:
-                _take(_screen(ale, pointer, size), buffers.raw[i, 0], buffers.dirty[i])
-                last_read = True
-        game_over[i] = ale.game_over(pointer, False)
-        if not life_loss:
-            now = ale.lives(pointer)
-            if episodic and 0 < now < lives[i]:
-                over = True
-            lives[i] = now
-        _observe_frames(i, buffers, tables, not last_read)
-        raw_rewards[i] = total
-        rewards[i] = (1.0 if total > 0 else -1.0 if total < 0 else 0.0) if clip else total
-        terminated[i] = over
-        truncated[i] = cut
-        if over or cut:
-            ended += 1
+            i = order[k]
+            pointer = pointers[i]
+            if pending[i]:
+                restart = not episodic or game_over[i] or truncated[i]
+                continued = not _reset_one(ale, i, pointer, noops[i], noop_code, lives, buffers,
+                                           tables, restart)
+                restacked[i] = not continued
+                stepped[i] = continued
+                pending[i] = False
+                was_reset[i] = True
+                rewards[i] = 0.0
+                raw_rewards[i] = 0.0
+                terminated[i] = False
+                truncated[i] = False
+                game_over[i] = False
+                continue
+            was_reset[i] = False
+            restacked[i] = False
+            stepped[i] = True
+            code = codes[actions[i]]
+            total = 0.0
+            over = False
+            cut = False
+            last_read = False
+            for t in range(frame_skip):
+                total += ale.act(pointer, code, np.float32(1.0))
+                over = ale.game_over(pointer, False)
+                cut = ale.game_truncated(pointer)
+                if life_loss:
+                    now = ale.lives(pointer)
+                    over = over or now < lives[i]
+                    lives[i] = now
+                if over or cut:
+                    break
+                if t == frame_skip - 2:
+                    _take(_screen(ale, pointer, size), buffers.raw[i, 1], buffers.dirty[i])
+                elif t == frame_skip - 1:
+                    _take(_screen(ale, pointer, size), buffers.raw[i, 0], buffers.dirty[i])
+                    last_read = True
+            game_over[i] = ale.game_over(pointer, False)
+            if not life_loss:
+                now = ale.lives(pointer)
+                if episodic and 0 < now < lives[i]:
+                    over = True
+                lives[i] = now
+            _observe_frames(i, buffers, tables, not last_read)
+            raw_rewards[i] = total
+            rewards[i] = (1.0 if total > 0 else -1.0 if total < 0 else 0.0) if clip else total
+            terminated[i] = over
+            truncated[i] = cut
+    ended = resets = 0
+    for i in range(pointers.size):
+        ended += terminated[i] or truncated[i]
+        resets += was_reset[i]
     return ended, resets
 
 

@@ -188,23 +188,30 @@ def emulators(game: str, num_envs: int, seed: int = 0) -> list[Any]:
 @functools.cache
 def floor_loop() -> Callable[..., None]:
     """The compiled floor step: each env acts ``frame_skip`` times, reads one grayscale frame,
-    and restarts at the end of its game (compiled once per process)."""
+    and restarts at the end of its game, envs handed to the threads one at a time as the
+    engine's loop hands them (``native.handout``; compiled once per process)."""
     import numba
 
     from envfleet.atari.ale import ale_functions
+    from envfleet.native.handout import next_index
 
     f = ale_functions()
     act, grayscale, over, reset = f.act, f.grayscale, f.game_over, f.reset_game
 
     @numba.njit(nogil=True, parallel=True)
-    def loop(pointers: np.ndarray, targets: np.ndarray, codes: np.ndarray,
+    def loop(threads: int, pointers: np.ndarray, targets: np.ndarray, codes: np.ndarray,
              actions: np.ndarray, frame_skip: int) -> None:
-        for i in numba.prange(pointers.size):
-            for _ in range(frame_skip):
-                act(pointers[i], codes[actions[i]], np.float32(1.0))
-            grayscale(pointers[i], targets[i])
-            if over(pointers[i], True):
-                reset(pointers[i])
+        counter = np.zeros(1, np.int64)
+        for _worker in numba.prange(threads):
+            while True:
+                i = next_index(counter)
+                if i >= pointers.size:
+                    break
+                for _ in range(frame_skip):
+                    act(pointers[i], codes[actions[i]], np.float32(1.0))
+                grayscale(pointers[i], targets[i])
+                if over(pointers[i], True):
+                    reset(pointers[i])
 
     return loop
 
@@ -230,7 +237,8 @@ class AleFloor:
         import numba
 
         numba.set_num_threads(self.num_threads)
-        self.loop(self.pointers, self.targets, self.codes, actions, FRAME_SKIP)
+        self.loop(self.num_threads, self.pointers, self.targets, self.codes, actions,
+                  FRAME_SKIP)
         return self.frames
 
     def reset(self) -> np.ndarray:
@@ -264,24 +272,31 @@ def mujoco_ids() -> frozenset[str]:
 @functools.cache
 def mujoco_floor_loop() -> Callable[..., None]:
     """The compiled floor step: each env's ctrl set to its action, ``frame_skip`` x ``mj_step``
-    and one ``mj_rnePostConstraint`` (compiled once per process)."""
+    and one ``mj_rnePostConstraint``, envs handed to the threads one at a time as the engine's
+    loop hands them (``native.handout``; compiled once per process)."""
     import numba
 
     from envfleet.mujoco.kernels import f64_at, mujoco_functions
+    from envfleet.native.handout import next_index
 
     f = mujoco_functions()
     step, rne = f.step, f.rne_post_constraint
 
     @numba.njit(nogil=True, parallel=True)
-    def loop(model: int, datas: np.ndarray, ctrl_at: np.ndarray, actions: np.ndarray,
-             frame_skip: int) -> None:
-        for i in numba.prange(datas.size):
-            ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
-            for k in range(actions.shape[1]):
-                ctrl[k] = actions[i, k]
-            for _ in range(frame_skip):
-                step(model, datas[i])
-            rne(model, datas[i])
+    def loop(threads: int, model: int, datas: np.ndarray, ctrl_at: np.ndarray,
+             actions: np.ndarray, frame_skip: int) -> None:
+        counter = np.zeros(1, np.int64)
+        for _worker in numba.prange(threads):
+            while True:
+                i = next_index(counter)
+                if i >= datas.size:
+                    break
+                ctrl = numba.carray(f64_at(ctrl_at[i]), actions.shape[1])
+                for k in range(actions.shape[1]):
+                    ctrl[k] = actions[i, k]
+                for _ in range(frame_skip):
+                    step(model, datas[i])
+                rne(model, datas[i])
 
     return loop
 
@@ -289,8 +304,7 @@ def mujoco_floor_loop() -> Callable[..., None]:
 class MujocoFloor:
     """N simulations of ``env_id``'s model (with its v5 defaults) stepped by
     ``mujoco_floor_loop`` on ``num_threads`` numba threads, from the engine's own reset
-    states (``envfleet.make(env_id, n, seed=seed)``: the same model, the same reset noise);
-    envs are handed to the threads one at a time, as the engine's loop hands them."""
+    states (``envfleet.make(env_id, n, seed=seed)``: the same model, the same reset noise)."""
 
     def __init__(self, env_id: str, num_envs: int, seed: int, num_threads: int) -> None:
         import envfleet
@@ -309,9 +323,8 @@ class MujocoFloor:
         import numba
 
         numba.set_num_threads(self.num_threads)
-        with numba.parallel_chunksize(1):
-            self.loop(self.model, self.datas, self.ctrl, np.asarray(actions, np.float64),
-                      self.frame_skip)
+        self.loop(self.num_threads, self.model, self.datas, self.ctrl,
+                  np.asarray(actions, np.float64), self.frame_skip)
 
     def reset(self) -> np.ndarray:
         """The engine's reset (Gymnasium's states for ``seed + i``); the first observations."""

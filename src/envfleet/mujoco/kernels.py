@@ -5,6 +5,10 @@ observation, reward, termination and info entries from the env's ``mjData`` arra
 (``locomotion_step``: HalfCheetah, Hopper, Walker2d, Swimmer, Ant; ``arm_step``: the
 pendulums, Reacher, Pusher; ``humanoid_step``: Humanoid, HumanoidStandup).
 
+The loops run ``threads`` workers (numba's thread count, set by the caller), each taking the
+next env from a shared counter (``native.handout``): a slow env or a descheduled thread holds up
+one env, not a block of the batch.
+
 Each env's arrays are read in place through their addresses (``f64_at``): the ``mjData``
 buffers MuJoCo's Python objects own, never copied. Per env and step only tiny scratch arrays
 (Ant's clipped contact forces, Humanoid's centres of mass) are allocated.
@@ -22,6 +26,8 @@ import numpy as np
 from llvmlite import ir
 from numba import prange, types
 from numba.extending import intrinsic
+
+from envfleet.native.handout import next_index
 
 #: the health check of a family (``step``'s ``health``)
 HEALTH_NONE, HEALTH_HOPPER, HEALTH_WALKER, HEALTH_ANT = 0, 1, 2, 3
@@ -200,7 +206,7 @@ def _clipped_sum_of_squares(values: Any, lo: float, hi: float) -> float:
     return pairwise_sum_of_squares(clipped)
 
 
-def _locomotion_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+def _locomotion_step(threads: int, functions: Any, at: Any, flags: Any, params: Any, actions: Any,
                      ctrl_weight: Any, active: Any, obs: Any, rewards: Any, terminated: Any,
                      truncated: Any, elapsed: Any, info: Any) -> int:
     """Step the ``active`` envs of a locomotion family (HalfCheetah, Hopper, Walker2d,
@@ -209,183 +215,187 @@ def _locomotion_step(functions: Any, at: Any, flags: Any, params: Any, actions: 
     body's xpos), the observation ``qpos[skip:]``, ``clip(qvel)`` (and Ant's clipped
     ``cfrc_ext[1:]``), the reward terms, the health check, ``info``. Returns the number of
     episodes that ended."""
-    ended = 0
     nq, nv, nbody = flags[NQ], flags[NV], flags[NBODY]
     skip, dims, health = flags[SKIP], flags[DIMENSIONS], flags[HEALTH]
     contact = flags[CONTACT]
-    for i in prange(at.shape[0]):
-        if not active[i]:
-            continue
-        row_at = at[i]
-        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
-        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
-        xy = numba.carray(f64_at(row_at[AT_XY]), dims)
-        action = actions[i]
-        for k in range(action.size):
-            ctrl[k] = action[k]
-        x_before = xy[0]
-        y_before = xy[1] if dims == 2 else 0.0
-        _physics(functions, row_at, flags[FRAME_SKIP])
-        x_velocity = (xy[0] - x_before) / params[DT]
-        forward = params[FORWARD] * x_velocity
-        cost = ctrl_weight[0] * pairwise_sum_of_squares(action)
-        row = obs[i]
-        for k in range(skip, nq):
-            row[k - skip] = qpos[k]
-        clip = params[CLIP]
-        for k in range(nv):
-            v = qvel[k]
-            row[nq - skip + k] = min(max(v, -clip), clip) if clip < np.inf else v
-        contact_cost = 0.0
-        if contact:
-            cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), nbody * 6)
-            lo, hi = params[CONTACT_LO], params[CONTACT_HI]
-            contact_cost = params[CONTACT_WEIGHT] * _clipped_sum_of_squares(cfrc, lo, hi)
-            if contact == 2:
-                base = nq - skip + nv - 6
-                for k in range(6, nbody * 6):
-                    row[base + k] = min(max(cfrc[k], lo), hi)
-        healthy = True
-        if health == HEALTH_HOPPER:
-            for k in range(2, nq + nv):
-                s = qpos[k] if k < nq else qvel[k - nq]
-                if not (params[STATE_LO] < s < params[STATE_HI]):
-                    healthy = False
-        if HEALTH_HOPPER <= health <= HEALTH_WALKER:
-            healthy = (healthy and params[Z_LO] < qpos[1] < params[Z_HI]
-                       and params[ANGLE_LO] < qpos[2] < params[ANGLE_HI])
-        elif health == HEALTH_ANT:
-            for k in range(nq + nv):
-                s = qpos[k] if k < nq else qvel[k - nq]
-                if not np.isfinite(s):
-                    healthy = False
-            healthy = healthy and params[Z_LO] <= qpos[2] <= params[Z_HI]
-        if health != HEALTH_NONE:
-            survive = params[HEALTHY] if healthy else 0.0
+    counter = np.zeros(1, np.int64)  # envs handed out one at a time (handout)
+    for _worker in prange(threads):
+        while True:
+            i = next_index(counter)
+            if i >= at.shape[0]:
+                break
+            if not active[i]:
+                continue
+            row_at = at[i]
+            qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+            qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
+            xy = numba.carray(f64_at(row_at[AT_XY]), dims)
+            action = actions[i]
+            for k in range(action.size):
+                ctrl[k] = action[k]
+            x_before = xy[0]
+            y_before = xy[1] if dims == 2 else 0.0
+            _physics(functions, row_at, flags[FRAME_SKIP])
+            x_velocity = (xy[0] - x_before) / params[DT]
+            forward = params[FORWARD] * x_velocity
+            cost = ctrl_weight[0] * pairwise_sum_of_squares(action)
+            row = obs[i]
+            for k in range(skip, nq):
+                row[k - skip] = qpos[k]
+            clip = params[CLIP]
+            for k in range(nv):
+                v = qvel[k]
+                row[nq - skip + k] = min(max(v, -clip), clip) if clip < np.inf else v
+            contact_cost = 0.0
             if contact:
-                rewards[i] = (forward + survive) - (cost + contact_cost)
+                cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), nbody * 6)
+                lo, hi = params[CONTACT_LO], params[CONTACT_HI]
+                contact_cost = params[CONTACT_WEIGHT] * _clipped_sum_of_squares(cfrc, lo, hi)
+                if contact == 2:
+                    base = nq - skip + nv - 6
+                    for k in range(6, nbody * 6):
+                        row[base + k] = min(max(cfrc[k], lo), hi)
+            healthy = True
+            if health == HEALTH_HOPPER:
+                for k in range(2, nq + nv):
+                    s = qpos[k] if k < nq else qvel[k - nq]
+                    if not (params[STATE_LO] < s < params[STATE_HI]):
+                        healthy = False
+            if HEALTH_HOPPER <= health <= HEALTH_WALKER:
+                healthy = (healthy and params[Z_LO] < qpos[1] < params[Z_HI]
+                           and params[ANGLE_LO] < qpos[2] < params[ANGLE_HI])
+            elif health == HEALTH_ANT:
+                for k in range(nq + nv):
+                    s = qpos[k] if k < nq else qvel[k - nq]
+                    if not np.isfinite(s):
+                        healthy = False
+                healthy = healthy and params[Z_LO] <= qpos[2] <= params[Z_HI]
+            if health != HEALTH_NONE:
+                survive = params[HEALTHY] if healthy else 0.0
+                if contact:
+                    rewards[i] = (forward + survive) - (cost + contact_cost)
+                else:
+                    rewards[i] = (forward + survive) - cost
+                info[REWARD_SURVIVE, i] = survive
             else:
-                rewards[i] = (forward + survive) - cost
-            info[REWARD_SURVIVE, i] = survive
-        else:
-            rewards[i] = forward - cost
-        info[X_POSITION, i] = qpos[0]
-        info[X_VELOCITY, i] = x_velocity
-        if dims == 2:
-            info[Y_POSITION, i] = qpos[1]
-            info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
-            info[Y_VELOCITY, i] = (xy[1] - y_before) / params[DT]
-        else:
-            info[Z_DISTANCE, i] = qpos[1] - params[INIT_Z]
-        info[REWARD_FORWARD, i] = forward
-        info[REWARD_CTRL, i] = -cost
-        info[REWARD_CONTACT, i] = -contact_cost
-        terminated[i] = flags[TERMINATE] and not healthy
-        elapsed[i] += 1
-        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
-        if terminated[i] or truncated[i]:
-            ended += 1
-    return ended
+                rewards[i] = forward - cost
+            info[X_POSITION, i] = qpos[0]
+            info[X_VELOCITY, i] = x_velocity
+            if dims == 2:
+                info[Y_POSITION, i] = qpos[1]
+                info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
+                info[Y_VELOCITY, i] = (xy[1] - y_before) / params[DT]
+            else:
+                info[Z_DISTANCE, i] = qpos[1] - params[INIT_Z]
+            info[REWARD_FORWARD, i] = forward
+            info[REWARD_CTRL, i] = -cost
+            info[REWARD_CONTACT, i] = -contact_cost
+            terminated[i] = flags[TERMINATE] and not healthy
+            elapsed[i] += 1
+            truncated[i] = elapsed[i] >= flags[MAX_STEPS]
+    return ended_count(active, terminated, truncated)
 
 
-def _arm_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+def _arm_step(threads: int, functions: Any, at: Any, flags: Any, params: Any, actions: Any,
               ctrl_weight: Any, active: Any, obs: Any, rewards: Any, terminated: Any,
               truncated: Any, elapsed: Any, info: Any) -> int:
     """Step the ``active`` envs of InvertedPendulum, InvertedDoublePendulum, Reacher or
     Pusher (``flags[ARM_KIND]``) as their v5 ``step`` and ``TimeLimit`` (``params``: the
     survive reward, or the distance weights; ``flags[BODY_A:]``: the bodies the rewards
     measure). Returns the number of episodes that ended."""
-    ended = 0
     nq, nv, nbody, kind = flags[NQ], flags[NV], flags[NBODY], flags[ARM_KIND]
     power = functions[POW]
-    for i in prange(at.shape[0]):
-        if not active[i]:
-            continue
-        row_at = at[i]
-        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
-        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
-        action = actions[i]
-        for k in range(action.size):
-            ctrl[k] = action[k]
-        _physics(functions, row_at, flags[FRAME_SKIP])
-        row = obs[i]
-        done = False
-        if kind == PENDULUM:
-            finite = True
-            for k in range(nq):
-                row[k] = qpos[k]
-                finite = finite and np.isfinite(qpos[k])
-            for k in range(nv):
-                row[nq + k] = qvel[k]
-                finite = finite and np.isfinite(qvel[k])
-            done = not finite or abs(row[1]) > 0.2
-            rewards[i] = 0.0 if done else 1.0
-            info[REWARD_SURVIVE, i] = rewards[i]
-        elif kind == DOUBLE_PENDULUM:
-            site = numba.carray(f64_at(row_at[AT_SITE_XPOS]), 3)
-            qfrc = numba.carray(f64_at(row_at[AT_QFRC_CONSTRAINT]), nv)
-            row[0] = qpos[0]
-            for k in range(1, nq):
-                row[k] = np.sin(qpos[k])
-                row[nq - 1 + k] = np.cos(qpos[k])
-            for k in range(nv):
-                row[2 * nq - 1 + k] = min(max(qvel[k], -10.0), 10.0)
-            row[2 * nq - 1 + nv] = min(max(qfrc[0], -10.0), 10.0)
-            x, y = site[0], site[2]
-            done = y <= 1
-            distance = 0.01 * call_pow(power, x, 2.0) + call_pow(power, y - 2.0, 2.0)
-            velocity = (1e-3 * call_pow(power, qvel[1], 2.0)
-                        + 5e-3 * call_pow(power, qvel[2], 2.0))
-            alive = params[0] * (0.0 if done else 1.0)
-            rewards[i] = (alive - distance) - velocity
-            info[REWARD_SURVIVE, i] = alive
-            info[DISTANCE_PENALTY, i] = -distance
-            info[VELOCITY_PENALTY, i] = -velocity
-        elif kind == PUSHER:
-            xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
-            tips, thing, goal = 3 * flags[BODY_A], 3 * flags[BODY_B], 3 * flags[BODY_C]
-            a = np.empty(3)  # small fixed arrays: numba keeps them on the stack
-            b = np.empty(3)
-            for j in range(3):
-                a[j] = xpos[thing + j] - xpos[tips + j]
-                b[j] = xpos[thing + j] - xpos[goal + j]
-            near = -np.sqrt((a[0] * a[0] + a[1] * a[1]) + a[2] * a[2]) * params[0]
-            dist = -np.sqrt((b[0] * b[0] + b[1] * b[1]) + b[2] * b[2]) * params[1]
-            cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
-            rewards[i] = (dist + cost) + near
-            info[REWARD_DIST, i] = dist
-            info[REWARD_CTRL, i] = cost
-            info[REWARD_NEAR, i] = near
-            for k in range(7):
-                row[k] = qpos[k]
-                row[7 + k] = qvel[k]
-            for j in range(3):
-                row[14 + j] = xpos[tips + j]
-                row[17 + j] = xpos[thing + j]
-                row[20 + j] = xpos[goal + j]
-        else:
-            xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
-            f, t = 3 * flags[BODY_A], 3 * flags[BODY_B]
-            dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
-            dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]
-            cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
-            rewards[i] = dist + cost
-            info[REWARD_DIST, i] = dist
-            info[REWARD_CTRL, i] = cost
-            row[0], row[1] = np.cos(qpos[0]), np.cos(qpos[1])
-            row[2], row[3] = np.sin(qpos[0]), np.sin(qpos[1])
-            for k in range(2, nq):
-                row[2 + k] = qpos[k]
-            row[2 + nq], row[3 + nq] = qvel[0], qvel[1]
-            row[4 + nq], row[5 + nq] = dx, dy
-        terminated[i] = done
-        elapsed[i] += 1
-        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
-        if terminated[i] or truncated[i]:
-            ended += 1
-    return ended
+    counter = np.zeros(1, np.int64)  # envs handed out one at a time (handout)
+    for _worker in prange(threads):
+        while True:
+            i = next_index(counter)
+            if i >= at.shape[0]:
+                break
+            if not active[i]:
+                continue
+            row_at = at[i]
+            qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+            qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
+            action = actions[i]
+            for k in range(action.size):
+                ctrl[k] = action[k]
+            _physics(functions, row_at, flags[FRAME_SKIP])
+            row = obs[i]
+            done = False
+            if kind == PENDULUM:
+                finite = True
+                for k in range(nq):
+                    row[k] = qpos[k]
+                    finite = finite and np.isfinite(qpos[k])
+                for k in range(nv):
+                    row[nq + k] = qvel[k]
+                    finite = finite and np.isfinite(qvel[k])
+                done = not finite or abs(row[1]) > 0.2
+                rewards[i] = 0.0 if done else 1.0
+                info[REWARD_SURVIVE, i] = rewards[i]
+            elif kind == DOUBLE_PENDULUM:
+                site = numba.carray(f64_at(row_at[AT_SITE_XPOS]), 3)
+                qfrc = numba.carray(f64_at(row_at[AT_QFRC_CONSTRAINT]), nv)
+                row[0] = qpos[0]
+                for k in range(1, nq):
+                    row[k] = np.sin(qpos[k])
+                    row[nq - 1 + k] = np.cos(qpos[k])
+                for k in range(nv):
+                    row[2 * nq - 1 + k] = min(max(qvel[k], -10.0), 10.0)
+                row[2 * nq - 1 + nv] = min(max(qfrc[0], -10.0), 10.0)
+                x, y = site[0], site[2]
+                done = y <= 1
+                distance = 0.01 * call_pow(power, x, 2.0) + call_pow(power, y - 2.0, 2.0)
+                velocity = (1e-3 * call_pow(power, qvel[1], 2.0)
+                            + 5e-3 * call_pow(power, qvel[2], 2.0))
+                alive = params[0] * (0.0 if done else 1.0)
+                rewards[i] = (alive - distance) - velocity
+                info[REWARD_SURVIVE, i] = alive
+                info[DISTANCE_PENALTY, i] = -distance
+                info[VELOCITY_PENALTY, i] = -velocity
+            elif kind == PUSHER:
+                xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
+                tips, thing, goal = 3 * flags[BODY_A], 3 * flags[BODY_B], 3 * flags[BODY_C]
+                a = np.empty(3)  # small fixed arrays: numba keeps them on the stack
+                b = np.empty(3)
+                for j in range(3):
+                    a[j] = xpos[thing + j] - xpos[tips + j]
+                    b[j] = xpos[thing + j] - xpos[goal + j]
+                near = -np.sqrt((a[0] * a[0] + a[1] * a[1]) + a[2] * a[2]) * params[0]
+                dist = -np.sqrt((b[0] * b[0] + b[1] * b[1]) + b[2] * b[2]) * params[1]
+                cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
+                rewards[i] = (dist + cost) + near
+                info[REWARD_DIST, i] = dist
+                info[REWARD_CTRL, i] = cost
+                info[REWARD_NEAR, i] = near
+                for k in range(7):
+                    row[k] = qpos[k]
+                    row[7 + k] = qvel[k]
+                for j in range(3):
+                    row[14 + j] = xpos[tips + j]
+                    row[17 + j] = xpos[thing + j]
+                    row[20 + j] = xpos[goal + j]
+            else:
+                xpos = numba.carray(f64_at(row_at[AT_XPOS]), 3 * nbody)
+                f, t = 3 * flags[BODY_A], 3 * flags[BODY_B]
+                dx, dy, dz = xpos[f] - xpos[t], xpos[f + 1] - xpos[t + 1], xpos[f + 2] - xpos[t + 2]
+                dist = -np.sqrt((dx * dx + dy * dy) + dz * dz) * params[0]
+                cost = -pairwise_sum_of_squares(action) * ctrl_weight[0]
+                rewards[i] = dist + cost
+                info[REWARD_DIST, i] = dist
+                info[REWARD_CTRL, i] = cost
+                row[0], row[1] = np.cos(qpos[0]), np.cos(qpos[1])
+                row[2], row[3] = np.sin(qpos[0]), np.sin(qpos[1])
+                for k in range(2, nq):
+                    row[2 + k] = qpos[k]
+                row[2 + nq], row[3 + nq] = qvel[0], qvel[1]
+                row[4 + nq], row[5 + nq] = dx, dy
+            terminated[i] = done
+            elapsed[i] += 1
+            truncated[i] = elapsed[i] >= flags[MAX_STEPS]
+    return ended_count(active, terminated, truncated)
 
 
 @numba.njit(nogil=True, error_model="numpy")
@@ -399,7 +409,7 @@ def _mass_center(xipos: Any, mass: Any, total: float, out: Any) -> None:
         out[j] = (0.0 + acc) / total
 
 
-def _humanoid_step(functions: Any, at: Any, flags: Any, params: Any, actions: Any,
+def _humanoid_step(threads: int, functions: Any, at: Any, flags: Any, params: Any, actions: Any,
                    active: Any, obs: Any, rewards: Any, terminated: Any, truncated: Any,
                    elapsed: Any, info: Any, mass: Any, totals: Any, tendon_length: Any,
                    tendon_velocity: Any) -> int:
@@ -409,90 +419,102 @@ def _humanoid_step(functions: Any, at: Any, flags: Any, params: Any, actions: An
     costs of ``data.ctrl`` and ``cfrc_ext`` (clipped), Humanoid's centre-of-mass velocity and
     health (``mass``, ``totals``: each env's body masses and their sum), the tendons. Returns
     the number of episodes that ended."""
-    ended = 0
     nq, nv, nbody, ntendon = flags[NQ], flags[NV], flags[NBODY], flags[NTENDON]
     standup, skip = flags[H_STANDUP], flags[H_SKIP]
-    for i in prange(at.shape[0]):
-        if not active[i]:
-            continue
-        row_at = at[i]
-        qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
-        qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-        ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
-        xipos = numba.carray(f64_at(row_at[AT_XIPOS]), 3 * nbody)
-        cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
-        action = actions[i]
-        for k in range(action.size):
-            ctrl[k] = action[k]
-        before = np.empty(2)
-        after = np.empty(2)
-        if not standup:
-            _mass_center(xipos, mass[i], totals[i], before)
-        _physics(functions, row_at, flags[FRAME_SKIP])
-        ctrl_cost = params[H_CTRL_WEIGHT] * pairwise_sum_of_squares(ctrl)
-        contact = min(max(params[H_CONTACT_WEIGHT] * pairwise_sum_of_squares(cfrc),
-                          params[H_CONTACT_LO]), params[H_CONTACT_HI])
-        healthy = True
-        if standup:
-            linup = (qpos[2] - 0.0) / params[H_TIMESTEP]
-            rewards[i] = ((linup - ctrl_cost) - contact) + 1.0
-            info[REWARD_LINUP, i] = linup
-            info[REWARD_QUADCTRL, i] = -ctrl_cost
-            info[REWARD_IMPACT, i] = -contact
-            info[Z_DISTANCE, i] = qpos[2] - params[H_INIT_Z]
-        else:
-            _mass_center(xipos, mass[i], totals[i], after)
-            x_velocity = (after[0] - before[0]) / params[H_DT]
-            y_velocity = (after[1] - before[1]) / params[H_DT]
-            forward = params[H_FORWARD] * x_velocity
-            healthy = params[H_Z_LO] < qpos[2] < params[H_Z_HI]
-            survive = params[H_HEALTHY] if healthy else 0.0
-            rewards[i] = (forward + survive) - (ctrl_cost + contact)
-            info[X_VELOCITY, i] = x_velocity
-            info[Y_VELOCITY, i] = y_velocity
-            info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
-            info[REWARD_SURVIVE, i] = survive
-            info[REWARD_FORWARD, i] = forward
-            info[REWARD_CTRL, i] = -ctrl_cost
-            info[REWARD_CONTACT, i] = -contact
-        info[X_POSITION, i] = qpos[0]
-        info[Y_POSITION, i] = qpos[1]
-        lengths = numba.carray(f64_at(row_at[AT_TEN_LENGTH]), ntendon)
-        speeds = numba.carray(f64_at(row_at[AT_TEN_VELOCITY]), ntendon)
-        for k in range(ntendon):
-            tendon_length[i, k] = lengths[k]
-            tendon_velocity[i, k] = speeds[k]
-        row = obs[i]
-        n = 0
-        for k in range(skip, nq):
-            row[n] = qpos[k]
-            n += 1
-        for k in range(nv):
-            row[n] = qvel[k]
-            n += 1
-        if flags[H_CINERT]:
-            cinert = numba.carray(f64_at(row_at[AT_CINERT]), 10 * nbody)
-            for k in range(10, 10 * nbody):
-                row[n] = cinert[k]
+    counter = np.zeros(1, np.int64)  # envs handed out one at a time (handout)
+    for _worker in prange(threads):
+        while True:
+            i = next_index(counter)
+            if i >= at.shape[0]:
+                break
+            if not active[i]:
+                continue
+            row_at = at[i]
+            qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
+            qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
+            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
+            xipos = numba.carray(f64_at(row_at[AT_XIPOS]), 3 * nbody)
+            cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
+            action = actions[i]
+            for k in range(action.size):
+                ctrl[k] = action[k]
+            before = np.empty(2)
+            after = np.empty(2)
+            if not standup:
+                _mass_center(xipos, mass[i], totals[i], before)
+            _physics(functions, row_at, flags[FRAME_SKIP])
+            ctrl_cost = params[H_CTRL_WEIGHT] * pairwise_sum_of_squares(ctrl)
+            contact = min(max(params[H_CONTACT_WEIGHT] * pairwise_sum_of_squares(cfrc),
+                              params[H_CONTACT_LO]), params[H_CONTACT_HI])
+            healthy = True
+            if standup:
+                linup = (qpos[2] - 0.0) / params[H_TIMESTEP]
+                rewards[i] = ((linup - ctrl_cost) - contact) + 1.0
+                info[REWARD_LINUP, i] = linup
+                info[REWARD_QUADCTRL, i] = -ctrl_cost
+                info[REWARD_IMPACT, i] = -contact
+                info[Z_DISTANCE, i] = qpos[2] - params[H_INIT_Z]
+            else:
+                _mass_center(xipos, mass[i], totals[i], after)
+                x_velocity = (after[0] - before[0]) / params[H_DT]
+                y_velocity = (after[1] - before[1]) / params[H_DT]
+                forward = params[H_FORWARD] * x_velocity
+                healthy = params[H_Z_LO] < qpos[2] < params[H_Z_HI]
+                survive = params[H_HEALTHY] if healthy else 0.0
+                rewards[i] = (forward + survive) - (ctrl_cost + contact)
+                info[X_VELOCITY, i] = x_velocity
+                info[Y_VELOCITY, i] = y_velocity
+                info[DISTANCE, i] = np.sqrt(qpos[0] * qpos[0] + qpos[1] * qpos[1])
+                info[REWARD_SURVIVE, i] = survive
+                info[REWARD_FORWARD, i] = forward
+                info[REWARD_CTRL, i] = -ctrl_cost
+                info[REWARD_CONTACT, i] = -contact
+            info[X_POSITION, i] = qpos[0]
+            info[Y_POSITION, i] = qpos[1]
+            lengths = numba.carray(f64_at(row_at[AT_TEN_LENGTH]), ntendon)
+            speeds = numba.carray(f64_at(row_at[AT_TEN_VELOCITY]), ntendon)
+            for k in range(ntendon):
+                tendon_length[i, k] = lengths[k]
+                tendon_velocity[i, k] = speeds[k]
+            row = obs[i]
+            n = 0
+            for k in range(skip, nq):
+                row[n] = qpos[k]
                 n += 1
-        if flags[H_CVEL]:
-            cvel = numba.carray(f64_at(row_at[AT_CVEL]), 6 * nbody)
-            for k in range(6, 6 * nbody):
-                row[n] = cvel[k]
+            for k in range(nv):
+                row[n] = qvel[k]
                 n += 1
-        if flags[H_QFRC]:
-            qfrc = numba.carray(f64_at(row_at[AT_QFRC_ACTUATOR]), nv)
-            for k in range(6, nv):
-                row[n] = qfrc[k]
-                n += 1
-        if flags[H_CFRC]:
-            for k in range(6, 6 * nbody):
-                row[n] = cfrc[k]
-                n += 1
-        terminated[i] = flags[H_TERMINATE] and not healthy
-        elapsed[i] += 1
-        truncated[i] = elapsed[i] >= flags[MAX_STEPS]
-        if terminated[i] or truncated[i]:
+            if flags[H_CINERT]:
+                cinert = numba.carray(f64_at(row_at[AT_CINERT]), 10 * nbody)
+                for k in range(10, 10 * nbody):
+                    row[n] = cinert[k]
+                    n += 1
+            if flags[H_CVEL]:
+                cvel = numba.carray(f64_at(row_at[AT_CVEL]), 6 * nbody)
+                for k in range(6, 6 * nbody):
+                    row[n] = cvel[k]
+                    n += 1
+            if flags[H_QFRC]:
+                qfrc = numba.carray(f64_at(row_at[AT_QFRC_ACTUATOR]), nv)
+                for k in range(6, nv):
+                    row[n] = qfrc[k]
+                    n += 1
+            if flags[H_CFRC]:
+                for k in range(6, 6 * nbody):
+                    row[n] = cfrc[k]
+                    n += 1
+            terminated[i] = flags[H_TERMINATE] and not healthy
+            elapsed[i] += 1
+            truncated[i] = elapsed[i] >= flags[MAX_STEPS]
+    return ended_count(active, terminated, truncated)
+
+
+@numba.njit(nogil=True, error_model="numpy")
+def ended_count(active: Any, terminated: Any, truncated: Any) -> int:
+    """The episodes the step loop ended: its ``active`` envs terminated or truncated."""
+    ended = 0
+    for i in range(active.size):
+        if active[i] and (terminated[i] or truncated[i]):
             ended += 1
     return ended
 

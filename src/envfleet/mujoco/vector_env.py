@@ -418,7 +418,7 @@ class MujocoVectorEnv(VectorContract):
         self._check_open()
         self._check_has_reset("step")
         ended = self.step_batch(actions)
-        out = self._step_info(~self.was_reset, self.was_reset)
+        out = self._step_info()
         if ended and self.autoreset_mode is AutoresetMode.SAME_STEP:
             done = self.ended_mask()
             for key in self.family.info:
@@ -443,13 +443,7 @@ class MujocoVectorEnv(VectorContract):
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
-        active = np.logical_not(rows, out=self._active)
-        if threads == 1:
-            ended = self._run(batch, active)
-        else:
-            # envs handed out one at a time: a descheduled thread holds up one env, not half
-            with numba.parallel_chunksize(1):
-                ended = self._run(batch, active)
+        ended = self._run(threads, batch, np.logical_not(rows, out=self._active))
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
         self._end()
@@ -464,32 +458,36 @@ class MujocoVectorEnv(VectorContract):
             self._final_info[key] = _where(done, self.info[key])
             self._final_info["_" + key] = done.copy()
 
-    def _run(self, batch: np.ndarray, active: np.ndarray) -> int:
-        """The family's compiled loop over the ``active`` envs (Humanoid's costs ``data.ctrl``
-        with its float weight; the others the action, with the weight in its dtype)."""
+    def _run(self, threads: int, batch: np.ndarray, active: np.ndarray) -> int:
+        """The family's compiled loop over the ``active`` envs on ``threads`` threads
+        (Humanoid's costs ``data.ctrl`` with its float weight; the others the action, with the
+        weight in its dtype)."""
         if self.family.humanoid:
-            return self._step(self._functions, self._at, self._flags, self._params, batch,
-                              active, *self._outputs)
-        return self._step(self._functions, self._at, self._flags, self._params, batch,
+            return self._step(threads, self._functions, self._at, self._flags, self._params,
+                              batch, active, *self._outputs)
+        return self._step(threads, self._functions, self._at, self._flags, self._params, batch,
                           self._weights[batch.dtype.char], active, *self._outputs)
 
-    def _step_info(self, stepped: np.ndarray, reset: np.ndarray) -> dict[str, Any]:
-        """The step's info: each family entry for the stepped envs; the reset info entries
-        for the envs reset instead (the entries of ``kernels.INFO_KEYS`` masked in one call,
-        each its own row of fresh arrays)."""
+    def _step_info(self) -> dict[str, Any]:
+        """The step's info (fresh arrays): each family entry for the envs stepped; for the
+        envs reset instead (NEXT_STEP), the reset info entries, the others masked out. The
+        entries of ``kernels.INFO_KEYS`` take one call for their values and one for their
+        masks, each entry a row of them."""
         rows, at_reset = self._info_rows
-        masks = np.where(at_reset, stepped | reset, stepped)
-        values = iter(np.where(masks, self._info[rows], 0.0))
-        masks = iter(masks)
+        reset = self.was_reset
+        if reset.any():
+            masks = at_reset | ~reset
+            values = np.where(masks, self._info[rows], 0.0)
+        else:
+            masks = np.ones((rows.size, self.num_envs), np.bool_)
+            values = self._info[rows]
+        rows_of = zip(values, masks, strict=True)
         out: dict[str, Any] = {}
         for key in self.family.info:
-            if key in self._tendons:
-                mask = stepped | reset
-                out[key] = _where(mask, self.info[key])
+            if key in self._tendons:  # at a step and at a reset: every env's
+                out[key], out["_" + key] = self.info[key].copy(), np.ones(self.num_envs, bool)
             else:
-                mask = next(masks)
-                out[key] = next(values)
-            out["_" + key] = mask
+                out[key], out["_" + key] = next(rows_of)
         return out
 
     def _reset_info(self, rows: np.ndarray) -> dict[str, Any]:
