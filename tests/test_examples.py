@@ -174,6 +174,69 @@ def test_cleanrl_ppo_continuous_action_swaps_only_the_env(tmp_path):
     assert 1.0 < float(largest.group(1)) <= 10.0 and float(largest.group(2)) <= 10.0, out
 
 
+#: CleanRL's make_env (its Gymnasium 1.x version, every wrapper) stepped through the swapped
+#: SyncVectorEnv and through Gymnasium's own (still at gym.vector.sync_vector_env), one env
+#: each, with the same float32 actions (the script's, from a torch Gaussian); then the env that
+#: records video (--capture-video, or CleanRL's evaluation after --save-model) and a
+#: SyncVectorEnv built as CleanRL's Gymnasium 0.29 script builds it (no autoreset_mode)
+MUJOCO_EXACT_CLIENT = """
+import gymnasium as gym
+import numpy as np
+
+
+def make_env(env_id, idx, capture_video, run_name, gamma):
+    def thunk():
+        video = capture_video and idx == 0  # CleanRL wraps this one in RecordVideo
+        env = gym.make(env_id, render_mode="rgb_array" if video else None)
+        env = gym.wrappers.FlattenObservation(env)
+        env = gym.wrappers.RecordEpisodeStatistics(env)
+        env = gym.wrappers.ClipAction(env)
+        env = gym.wrappers.NormalizeObservation(env)
+        env = gym.wrappers.TransformObservation(env, lambda obs: np.clip(obs, -10, 10),
+                                                env.observation_space)
+        env = gym.wrappers.NormalizeReward(env, gamma=gamma)
+        return gym.wrappers.TransformReward(env, lambda reward: np.clip(reward, -10, 10))
+    return thunk
+
+
+thunks = [make_env("Hopper-v5", 0, False, "run", 0.99)]
+envs = gym.vector.SyncVectorEnv(thunks, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+own = gym.vector.sync_vector_env.SyncVectorEnv(thunks,
+                                               autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+ours, theirs = envs.reset(seed=1)[0], own.reset(seed=1)[0]
+differing = int(not np.array_equal(ours, theirs))
+rng = np.random.default_rng(0)
+episodes = 0
+for _ in range(400):
+    action = rng.normal(0.0, 1.0, (1, *envs.single_action_space.shape)).astype(np.float32)
+    ours, theirs = envs.step(action), own.step(action)
+    differing += int(not all(np.array_equal(a, b) for a, b in zip(ours[:4], theirs[:4])))
+    episodes += int(ours[2][0] or ours[3][0])
+print(f"steps=400 episodes={episodes} differing={differing}")
+video = gym.vector.SyncVectorEnv([make_env("Hopper-v5", 0, True, "run", 0.99)],
+                                 autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+print(f"video_env={type(video).__module__}")
+try:
+    gym.vector.SyncVectorEnv(thunks)
+except ValueError as error:
+    print(f"refused: {error}")
+"""
+
+
+def test_cleanrl_ppo_continuous_action_matches_the_scripts_own_envs(tmp_path):
+    """With CleanRL's one env, the swapped batch's observations, rewards and episode ends are
+    bit for bit those of the script's own wrapped env over episodes that end by termination;
+    the envs that record video stay Gymnasium's (envfleet's render no frames); the Gymnasium
+    0.29 version of the script (no SameStep asked) is refused at once."""
+    client = tmp_path / "client.py"
+    client.write_text(MUJOCO_EXACT_CLIENT)
+    out = run_example("cleanrl_ppo_continuous_action.py", str(client), cwd=tmp_path)
+    match = re.search(r"^steps=400 episodes=(\d+) differing=(\d+)$", out, re.MULTILINE)
+    assert match and int(match.group(1)) >= 5 and match.group(2) == "0", out
+    assert "video_env=gymnasium.vector.sync_vector_env\n" in out, out
+    assert re.search(r"^refused: .*Gymnasium 0\.29", out, re.MULTILINE), out
+
+
 def test_sb3_ppo_logs_episodes_and_evaluates(tmp_path):
     """SB3's PPO on the facade logs ``rollout/ep_rew_mean`` (VecMonitor) and evaluates."""
     out = run_example("sb3_ppo.py", "--total-timesteps", "512", cwd=tmp_path)
