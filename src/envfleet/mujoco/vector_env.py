@@ -300,11 +300,15 @@ class MujocoVectorEnv(VectorContract):
         self._reset_physics = k.reset_physics()
         self._reset_qpos = np.zeros((num_envs, self.nq), np.float64)
         self._reset_qvel = np.zeros((num_envs, self.nv), np.float64)
-        #: ``_step_info``'s rows of ``kernels.INFO_KEYS`` and whether a reset reports each
+        #: ``_step_info``'s rows of ``kernels.INFO_KEYS``, whether a reset reports each, and
+        #: the masks of a step that reset no env
         self._tendons = ("tendon_length", "tendon_velocity")
         keys = [key for key in family.info if key not in self._tendons]
         self._info_rows = (np.array([k.INFO_KEYS.index(key) for key in keys], np.int64),
-                           np.array([[key in family.reset_info] for key in keys]))
+                           np.array([[key in family.reset_info] for key in keys]),
+                           np.ones((len(keys), num_envs), np.bool_))
+        #: whether the last step reset envs (NEXT_STEP's pending ones) instead of stepping them
+        self._resetting = False
         self.rngs: list[np.random.Generator | None] = [None] * num_envs
         self._initial_seed = (check_seed(seed, count=num_envs) if seed is not None
                               else int(np.random.SeedSequence().entropy) % 2**63)
@@ -439,7 +443,8 @@ class MujocoVectorEnv(VectorContract):
         batch = self.check_actions(actions)
         rows = self.was_reset
         np.copyto(rows, self.pending)  # NEXT_STEP's (DISABLED's were refused)
-        self._begin(rows if rows.any() else None)
+        self._resetting = bool(rows.any())
+        self._begin(rows if self._resetting else None)
         threads, timed = self.threads.for_step()
         numba.set_num_threads(threads)
         start = time.perf_counter()
@@ -473,13 +478,12 @@ class MujocoVectorEnv(VectorContract):
         envs reset instead (NEXT_STEP), the reset info entries, the others masked out. The
         entries of ``kernels.INFO_KEYS`` take one call for their values and one for their
         masks, each entry a row of them."""
-        rows, at_reset = self._info_rows
-        reset = self.was_reset
-        if reset.any():
-            masks = at_reset | ~reset
+        rows, at_reset, every = self._info_rows
+        if self._resetting:
+            masks = at_reset | ~self.was_reset
             values = np.where(masks, self._info[rows], 0.0)
         else:
-            masks = np.ones((rows.size, self.num_envs), np.bool_)
+            masks = every.copy()
             values = self._info[rows]
         rows_of = zip(values, masks, strict=True)
         out: dict[str, Any] = {}
