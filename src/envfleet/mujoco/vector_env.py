@@ -451,7 +451,8 @@ class MujocoVectorEnv(VectorContract):
         ended = self._run(threads, batch, np.logical_not(rows, out=self._active))
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        self._end()
+        if ended or self._resetting:  # else the rule has nothing to do (~1 µs a step)
+            self._end()
         return int(ended)
 
     def _keep_final(self, done: np.ndarray) -> None:
