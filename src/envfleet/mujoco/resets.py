@@ -70,8 +70,14 @@ def _reset_outputs(env: Any, i: int, data: Any) -> None:
     env.obs[i] = np.concatenate(parts)
     env.info["x_position"][i] = data.qpos[0]
     env.info["y_position"][i] = data.qpos[1]
-    env.info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
+    env.info["distance_from_origin"][i] = _norm(data.qpos[0:2])
     env.info["z_distance_from_origin"][i] = data.qpos[1] - env.init_qpos[1]
+
+
+def _norm(vector: np.ndarray) -> Any:
+    """``np.linalg.norm(vector)`` of a 1-D float vector, by its own arithmetic (``sqrt`` of
+    ``vector.dot(vector)``) without its argument handling (~1.5 µs a call)."""
+    return np.sqrt(vector.dot(vector))
 
 
 def _reacher_noise(env: Any, rng: np.random.Generator
@@ -81,7 +87,7 @@ def _reacher_noise(env: Any, rng: np.random.Generator
     qpos = rng.uniform(low=-0.1, high=0.1, size=env.nq) + env.init_qpos
     while True:
         goal = rng.uniform(low=-0.2, high=0.2, size=2)
-        if np.linalg.norm(goal) < 0.2:
+        if _norm(goal) < 0.2:
             break
     qpos[-2:] = goal
     qvel = env.init_qvel + rng.uniform(low=-0.005, high=0.005, size=env.nv)
@@ -100,7 +106,7 @@ def _humanoid_reset(env: Any, i: int, data: Any) -> None:
     env.obs[i] = np.concatenate(parts)
     info = env.info
     info["x_position"][i], info["y_position"][i] = data.qpos[0], data.qpos[1]
-    info["distance_from_origin"][i] = np.linalg.norm(data.qpos[0:2], ord=2)
+    info["distance_from_origin"][i] = _norm(data.qpos[0:2])
     info["z_distance_from_origin"][i] = data.qpos[2] - env.init_qpos[2]
     info["tendon_length"][i] = data.ten_length
     info["tendon_velocity"][i] = data.ten_velocity
@@ -116,7 +122,7 @@ def _pusher_noise(env: Any, rng: np.random.Generator
     while True:
         cylinder = np.concatenate([rng.uniform(low=-0.3, high=0, size=1),
                                    rng.uniform(low=-0.2, high=0.2, size=1)])
-        if np.linalg.norm(cylinder - goal) > 0.17:
+        if _norm(cylinder - goal) > 0.17:
             break
     qpos[-4:-2] = cylinder
     qpos[-2:] = goal
@@ -135,11 +141,13 @@ def _arm_obs(env: Any, data: Any) -> np.ndarray:
         return np.concatenate([data.qpos[:1], np.sin(data.qpos[1:]), np.cos(data.qpos[1:]),
                                np.clip(data.qvel, -10, 10),
                                np.clip(data.qfrc_constraint, -10, 10)[:1]]).ravel()
+    # the bodies the rewards measure: Pusher's tips_arm, object, goal; Reacher's fingertip,
+    # target (ids, not ``data.body(name)``: a name lookup a body)
+    bodies = env._flags[k.BODY_A:k.BODY_C + 1]
     if arm == k.PUSHER:
         return np.concatenate([data.qpos.flatten()[:7], data.qvel.flatten()[:7],
-                               data.body("tips_arm").xpos, data.body("object").xpos,
-                               data.body("goal").xpos])
+                               *data.xpos[bodies]])
     theta = data.qpos.flatten()[:2]
-    vec = data.body("fingertip").xpos - data.body("target").xpos
+    vec = data.xpos[bodies[0]] - data.xpos[bodies[1]]
     return np.concatenate([np.cos(theta), np.sin(theta), data.qpos.flatten()[2:],
                            data.qvel.flatten()[:2], vec[:2]])
