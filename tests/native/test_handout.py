@@ -44,13 +44,19 @@ def test_every_env_is_taken_exactly_once(threads, num_envs):
 
 def test_a_slow_thread_takes_fewer_envs():
     """Static blocks would give each of 2 threads 32 of 64 envs; a thread 20x slower per env
-    takes far fewer when envs are handed out one at a time."""
+    takes far fewer when envs are handed out one at a time (a few tries: on a loaded machine
+    the other thread may not run at all during one)."""
     if numba.config.NUMBA_NUM_THREADS < 2:
         pytest.skip("needs 2 numba threads")
     numba.set_num_threads(2)
-    taker, taken = _hand_out(2, 64, 0)
-    assert (taken == 1).all()
-    assert np.count_nonzero(taker == 0) < 16, taker
+    counts = []
+    for _ in range(5):
+        taker, taken = _hand_out(2, 64, 0)
+        assert (taken == 1).all()
+        counts.append(np.count_nonzero(taker == 0))
+        if counts[-1] < 16:
+            break
+    assert min(counts) < 16, counts
 
 
 def test_thread_choice_probes_back_off_while_they_confirm_and_reset_on_a_switch():
