@@ -247,7 +247,7 @@ class AtariEngine:
         if resets:
             self._next_noops(self.was_reset)
         self._observe(reset_rows=self._restacked, step_rows=self._stepped)
-        self._end()
+        self._end(ended)
         return int(ended)
 
     def _keep_final(self, done: np.ndarray) -> None:

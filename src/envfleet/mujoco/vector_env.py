@@ -451,8 +451,7 @@ class MujocoVectorEnv(VectorContract):
         ended = self._run(threads, batch, np.logical_not(rows, out=self._active))
         if timed:
             self.threads.record(threads, time.perf_counter() - start)
-        if ended or self._resetting:  # else the rule has nothing to do (~1 µs a step)
-            self._end()
+        self._end(ended)
         return int(ended)
 
     def _keep_final(self, done: np.ndarray) -> None:

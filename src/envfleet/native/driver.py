@@ -290,11 +290,14 @@ class BatchDriver(NamedTuple):
     """The driver's rule over a whole batch (``make_batch_driver``), around an engine's
     batched step: ``begin(due)`` (``Driver.begin``: NEXT_STEP's pending envs ``due``, None for
     none, start their next episode; before the step, which skips them, or after it, written
-    over) and ``end()`` (``Driver.advance``'s end and ``Driver.finish``), which returns the
-    envs that ended (None: none)."""
+    over) and ``end(count=None)`` (``Driver.advance``'s end and ``Driver.finish``), which
+    returns the envs that ended (None: none). ``count``, the engine's own count of the envs
+    that ended, may spare the masks: with 0, and no env reset by ``begin`` this step, the rule
+    has nothing to do (every env pending at the step's start was reset, by ``begin`` or by
+    the engine's loop)."""
 
     begin: Callable[[Any], None]
-    end: Callable[[], Any]
+    end: Callable[..., Any]
 
 
 def make_batch_driver(rule: str, rewards: Any, terminated: Any, truncated: Any, done: Any,
@@ -312,18 +315,32 @@ def make_batch_driver(rule: str, rewards: Any, terminated: Any, truncated: Any, 
     writes a reset step's outputs for either form.
     """
     logical_or = tensor_math.namespace(done).logical_or
+    began = False  # whether this step's ``begin`` reset envs (their pending flags still up)
 
     def begin(due: Any) -> None:
+        nonlocal began
+        began = due is not None
         if due is not None:
             reset(due)
             begin_episodes(rewards, terminated, truncated, due)
 
-    def end_pending() -> Any:
+    def nothing_to_do(count: int | None) -> bool:
+        """No env ended (the engine's ``count``) and none was reset by ``begin``."""
+        nonlocal began
+        idle = count == 0 and not began
+        began = False
+        return idle
+
+    def end_pending(count: int | None = None) -> Any:
+        if nothing_to_do(count):  # ``pending`` is all down already
+            return None
         ended = rows_of(logical_or(terminated, truncated, out=done))
         pending[...] = done
         return ended
 
-    def end_reset_now() -> Any:
+    def end_reset_now(count: int | None = None) -> Any:
+        if nothing_to_do(count):
+            return None
         ended = rows_of(logical_or(terminated, truncated, out=done))
         if ended is not None:
             keep_final(ended)
