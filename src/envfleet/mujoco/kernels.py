@@ -187,6 +187,16 @@ def pairwise_sum_of_squares(values: Any) -> Any:
 
 
 @numba.njit(nogil=True, error_model="numpy")
+def _set_ctrl(row_at: Any, action: Any) -> Any:
+    """``data.ctrl[:] = action`` (``do_simulation``) of the env whose addresses are
+    ``row_at``; returns that ``ctrl``."""
+    ctrl = numba.carray(f64_at(row_at[AT_CTRL]), action.size)
+    for k in range(action.size):
+        ctrl[k] = action[k]
+    return ctrl
+
+
+@numba.njit(nogil=True, error_model="numpy")
 def _physics(functions: Any, row_at: Any, frame_skip: int) -> None:
     """One env-step of the env whose addresses are ``row_at``: ``frame_skip`` x ``mj_step``,
     then ``mj_rnePostConstraint`` (``cfrc_ext``), as ``MujocoEnv.do_simulation``."""
@@ -229,11 +239,9 @@ def _locomotion_step(threads: int, functions: Any, at: Any, flags: Any, params: 
             row_at = at[i]
             qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
             qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
             xy = numba.carray(f64_at(row_at[AT_XY]), dims)
             action = actions[i]
-            for k in range(action.size):
-                ctrl[k] = action[k]
+            _set_ctrl(row_at, action)
             x_before = xy[0]
             y_before = xy[1] if dims == 2 else 0.0
             _physics(functions, row_at, flags[FRAME_SKIP])
@@ -317,10 +325,8 @@ def _arm_step(threads: int, functions: Any, at: Any, flags: Any, params: Any, ac
             row_at = at[i]
             qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
             qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
             action = actions[i]
-            for k in range(action.size):
-                ctrl[k] = action[k]
+            _set_ctrl(row_at, action)
             _physics(functions, row_at, flags[FRAME_SKIP])
             row = obs[i]
             done = False
@@ -432,12 +438,9 @@ def _humanoid_step(threads: int, functions: Any, at: Any, flags: Any, params: An
             row_at = at[i]
             qpos = numba.carray(f64_at(row_at[AT_QPOS]), nq)
             qvel = numba.carray(f64_at(row_at[AT_QVEL]), nv)
-            ctrl = numba.carray(f64_at(row_at[AT_CTRL]), actions.shape[1])
             xipos = numba.carray(f64_at(row_at[AT_XIPOS]), 3 * nbody)
             cfrc = numba.carray(f64_at(row_at[AT_CFRC_EXT]), 6 * nbody)
-            action = actions[i]
-            for k in range(action.size):
-                ctrl[k] = action[k]
+            ctrl = _set_ctrl(row_at, actions[i])
             before = np.empty(2)
             after = np.empty(2)
             if not standup:
